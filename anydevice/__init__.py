@@ -1,0 +1,61 @@
+"""anydevice: PyTorch on any accelerator by changing one environment variable.
+
+    import anydevice as ad
+    model = ad.to(model); model = ad.compile(model)
+    ...; ad.step()
+
+``ANYDEVICE`` selects the device (``cpu``, ``cuda``, ``tpu``, ``neuron``, ``xla``, ``mps``,
+``xpu``, ``auto``, or a list such as ``tpu,cuda,cpu``). Importing this package imports neither
+torch nor any vendor library; the selected plugin is loaded on first use.
+"""
+
+from __future__ import annotations
+
+from anydevice import distributed, errors
+from anydevice.api import (
+    autocast,
+    backend,
+    compile,
+    data_loader,
+    device,
+    load,
+    manual_seed,
+    memory_stats,
+    profile,
+    record,
+    save,
+    step,
+    synchronize,
+    to,
+)
+from anydevice.backend import Backend, reset, use
+from anydevice.errors import AnyDeviceError
+from anydevice.meter import StepMeter, transformer_training_flops_per_token
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AnyDeviceError",
+    "Backend",
+    "StepMeter",
+    "__version__",
+    "autocast",
+    "backend",
+    "compile",
+    "data_loader",
+    "device",
+    "distributed",
+    "errors",
+    "load",
+    "manual_seed",
+    "memory_stats",
+    "profile",
+    "record",
+    "reset",
+    "save",
+    "step",
+    "synchronize",
+    "to",
+    "transformer_training_flops_per_token",
+    "use",
+]

@@ -1,0 +1,121 @@
+"""The public functions: device placement, compile, step, autocast, RNG, memory, data, save/load, profile.
+
+Each one asks the selected backend's shims; torch is imported only when one is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from anydevice.backend import Backend, current
+
+if TYPE_CHECKING:
+    import torch
+
+    from anydevice.shims.contracts import MemoryStats, TraceSession
+
+T = TypeVar("T")
+
+_step_listeners: list[Callable[[], None]] = []
+
+
+def backend() -> Backend:
+    """What was selected: name, plugin, device type, chip, count, versions and why."""
+    return current()
+
+
+def device() -> torch.device:
+    """The ``torch.device`` for this process (the explicit index, else the local rank's)."""
+    b = current()
+    return b.shims.placement.device(b.index)
+
+
+def to(obj: T, non_blocking: bool = False) -> T:
+    """Move tensors, modules and nested containers of them to :func:`device`."""
+    from anydevice.shims.common import move
+
+    return move(obj, device(), non_blocking)
+
+
+def compile(model: T, **options: Any) -> T:  # noqa: A001 - mirrors torch.compile
+    """``torch.compile`` with this device's backend and options (``backend=`` overrides)."""
+    return current().shims.compilation.compile(model, **options)
+
+
+def step() -> None:
+    """Mark the end of a training step: XLA sync on lazy devices; advances profilers and meters."""
+    current().shims.placement.step()
+    for listener in list(_step_listeners):
+        listener()
+
+
+def synchronize() -> None:
+    """Wait for queued device work to finish."""
+    current().shims.placement.synchronize()
+
+
+def autocast(dtype: torch.dtype | None = None, enabled: bool = True) -> AbstractContextManager[Any]:
+    """``torch.autocast`` for this device with its preferred low-precision dtype."""
+    return current().shims.placement.autocast(dtype, enabled)
+
+
+def manual_seed(seed: int) -> None:
+    """Seed Python's, torch's and the device's RNGs."""
+    current().shims.placement.manual_seed(seed)
+
+
+def memory_stats() -> MemoryStats:
+    """Device memory counters in bytes; empty, with ``.reason``, where the runtime has none."""
+    return current().shims.placement.memory_stats()
+
+
+def data_loader(loader: Iterable[T]) -> Iterable[T]:
+    """Wrap a loader so batches arrive on the device, prefetched the device's way."""
+    return current().shims.placement.data_loader(loader)
+
+
+def save(obj: Any, path: str | Path) -> None:
+    """Save portably: tensors moved to CPU, written once by the main rank, atomically."""
+    current().shims.placement.save(obj, Path(path))
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu", weights_only: bool = True) -> Any:
+    """Load what :func:`save` wrote; tensors land on ``map_location`` (CPU by default)."""
+    import torch
+
+    return torch.load(Path(path), map_location=map_location, weights_only=weights_only)
+
+
+def add_step_listener(listener: Callable[[], None]) -> Callable[[], None]:
+    """Call ``listener`` after every :func:`step`; returns a function that removes it."""
+    _step_listeners.append(listener)
+    return lambda: _step_listeners.remove(listener) if listener in _step_listeners else None
+
+
+@contextmanager
+def profile(directory: str | Path, **options: Any) -> Iterator[TraceSession]:
+    """Trace the enclosed code with the device's profiler into ``directory``.
+
+    Options: ``wait``/``warmup``/``active`` steps (a schedule advanced by :func:`step`),
+    ``record_shapes``, ``with_stack``. The yielded session's ``files`` lists what was written
+    and ``viewer`` names the tool that opens them.
+    """
+    trace = current().shims.profiling.trace(Path(directory), **options)
+    with trace as session:
+        remove = add_step_listener(session.step)
+        try:
+            yield session
+        finally:
+            remove()
+
+
+@contextmanager
+def record(name: str) -> Iterator[None]:
+    """Annotate a region so it shows by ``name`` in the device's trace."""
+    import torch
+
+    with torch.profiler.record_function(name):
+        yield

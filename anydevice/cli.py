@@ -1,0 +1,146 @@
+"""The ``anydevice`` command line: a thin layer over the library.
+
+    anydevice list | info [--json] | doctor | run [-n N] script.py ... | matrix probe|render ...
+
+Errors are printed as one or a few sentences without a traceback (``ANYDEVICE_DEBUG=1`` shows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from anydevice import settings
+from anydevice.errors import AnyDeviceError
+
+VENDOR_MODULES = ("torch_tpu", "torch_xla", "torch_neuronx")
+
+# Subcommands implemented in their own modules: name -> (module, help)
+DELEGATED: dict[str, tuple[str, str]] = {
+    "doctor": ("anydevice.doctor", "diagnose the environment; non-zero exit with fixes on problems"),
+    "run": ("anydevice.launch", "launch N processes the device's way (torchrun, spawn, ...)"),
+    "matrix": ("anydevice.compat_matrix.cli", "run the probe suite or render the compatibility matrix"),
+}
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Every plugin found: available or not, and why."""
+    from anydevice.registry import get_registry
+
+    registry = get_registry()
+    rows = []
+    for name in registry.names():
+        entry, det = registry.get(name), registry.detect(name)
+        rows.append(
+            {
+                "name": name,
+                "available": det.available,
+                "reason": det.reason,
+                "fix": det.fix,
+                "problem": det.problem,
+                "plugin": entry.plugin,
+                "distribution": entry.distribution,
+                "priority": entry.spec.priority,
+                "aliases": list(entry.spec.aliases),
+                "chip": det.chip,
+                "count": det.count,
+                "verified_on_hardware": entry.spec.verified_on_hardware,
+            }
+        )
+    broken = [{"plugin": f.plugin, "stage": f.stage, "error": f.error} for f in registry.failures]
+    if args.json:
+        _print_json({"devices": rows, "broken_plugins": broken})
+        return 0
+    width = max((len(r["name"]) for r in rows), default=4)
+    for r in rows:
+        mark = "✓ available  " if r["available"] else "✗ unavailable"
+        extra = "" if r["verified_on_hardware"] else " [not verified on hardware]"
+        print(f"{r['name']:<{width}}  {mark}  {r['reason']}{extra}")
+        if not r["available"] and r["fix"]:
+            print(f"{'':<{width}}                 fix: {r['fix']}")
+    for b in broken:
+        print(f"{b['plugin']:<{width}}  ! broken       plugin failed at {b['stage']}: {b['error']}")
+    return 0
+
+
+def environment_info() -> dict[str, Any]:
+    """Versions and imported vendor modules, for ``info`` and bug reports."""
+    from anydevice import __version__
+    from anydevice.shims import detect
+
+    return {
+        "anydevice": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": detect.torch_version(),
+        "requested": settings.ANYDEVICE.get(),
+        "imported_vendor_modules": sorted(m for m in VENDOR_MODULES if m in sys.modules),
+    }
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """What ANYDEVICE selects here, with versions."""
+    from anydevice.backend import current
+
+    data = {**environment_info(), "backend": current().as_dict()}
+    data["imported_vendor_modules"] = sorted(m for m in VENDOR_MODULES if m in sys.modules)
+    if args.json:
+        _print_json(data)
+        return 0
+    b = data["backend"]
+    print(f"device     {b['device']}  ({b['name']} via plugin {b['plugin']}, {b['count']} visible)")
+    print(f"chip       {b['chip'] or 'unknown'}")
+    print(f"why        {b['why']}")
+    print(f"compile    {b['compile_backend']}    collectives {b['dist_backend']}    launcher {b['launcher']}")
+    versions = {"anydevice": data["anydevice"], "python": data["python"], **b["versions"]}
+    print("versions   " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    print("vendor modules imported: " + (", ".join(data["imported_vendor_modules"]) or "none"))
+    return 0
+
+
+def _delegate(name: str) -> Callable[[list[str]], int]:
+    module_name, _ = DELEGATED[name]
+    module = importlib.import_module(module_name)
+    main: Callable[[list[str]], int] = module.main
+    return main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="anydevice", description="PyTorch on any accelerator: one switch, ANYDEVICE.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_list = sub.add_parser("list", help="every plugin found: available or not, and why")
+    p_list.add_argument("--json", action="store_true")
+    p_list.set_defaults(func=cmd_list)
+    p_info = sub.add_parser("info", help="what ANYDEVICE selects here, with versions")
+    p_info.add_argument("--json", action="store_true")
+    p_info.set_defaults(func=cmd_info)
+    for name, (_, help_text) in DELEGATED.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``anydevice`` and ``python -m anydevice``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in DELEGATED:
+            return _delegate(argv[0])(argv[1:])
+        args = build_parser().parse_args(argv)
+        result: int = args.func(args)
+        return result
+    except AnyDeviceError as exc:
+        if settings.ANYDEVICE_DEBUG.flag():
+            raise
+        print(f"anydevice: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

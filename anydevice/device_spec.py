@@ -1,0 +1,73 @@
+"""What a plugin declares about a device: :class:`DeviceSpec`, and what detection finds: :class:`Detection`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from anydevice.shims.contracts import Shims
+
+Problem = Literal[
+    "package_missing",  # the vendor package is not installed
+    "no_hardware",  # the package is there but no chip / driver was found
+    "package_and_hardware_missing",
+    "hardware_without_package",  # a chip was found but the package is missing
+    "version_mismatch",  # torch and the vendor package do not pair
+    "plugin_error",  # the plugin raised during detection
+    "disabled",  # turned off by the environment (e.g. CUDA_VISIBLE_DEVICES="")
+    "unsupported_platform",  # wrong OS / torch build
+]
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The result of a plugin's cheap availability check.
+
+    ``reason`` is one sentence a user understands; ``fix`` says what to do when unavailable.
+    """
+
+    available: bool
+    reason: str
+    fix: str | None = None
+    problem: Problem | None = None
+    count: int | None = None
+    chip: str | None = None
+    details: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def ok(cls, reason: str, *, count: int | None = None, chip: str | None = None, **details: str) -> Detection:
+        """An available device."""
+        return cls(True, reason, count=count, chip=chip, details=details)
+
+    @classmethod
+    def missing(cls, reason: str, fix: str | None, problem: Problem, **details: str) -> Detection:
+        """An unavailable device, with the problem kind and the fix."""
+        return cls(False, reason, fix=fix, problem=problem, details=details)
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A device a plugin provides.
+
+    :param name: the selection name (``ANYDEVICE=name``), lower case.
+    :param detect: cheap check; must not import the vendor library where that can be avoided.
+    :param load: imports the vendor library and returns the four shims; called once, on selection.
+    :param priority: ``auto`` picks the available device with the highest priority (cpu is 0).
+    :param aliases: other names that select this device (``gpu`` for cuda).
+    :param vendor_package: the Python distribution the device needs (for versions and doctor).
+    :param description: one line for ``anydevice list``.
+    :param verified_on_hardware: False when the plugin was only tested against a simulated vendor module.
+    """
+
+    name: str
+    detect: Callable[[], Detection]
+    load: Callable[[], Shims]
+    priority: int = 0
+    aliases: tuple[str, ...] = ()
+    vendor_package: str | None = None
+    description: str = ""
+    verified_on_hardware: bool = True
+    prepare_environment: Callable[[], None] | None = None
+    """Optional: set environment variables the vendor reads at import (called before ``load``)."""

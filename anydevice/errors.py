@@ -1,0 +1,120 @@
+"""Every error anydevice raises.
+
+The hierarchy::
+
+    AnyDeviceError                      base class; ``hint`` says what to do next
+    ├── SelectionError                  the ANYDEVICE value (or ``use()`` argument) is malformed
+    │   └── UnknownDeviceError          no plugin provides that name ("did you mean ...")
+    ├── DeviceUnavailableError          a named device cannot be used here, and why
+    │   ├── VersionMismatchError        torch and the vendor package do not pair
+    │   └── NoDeviceAvailableError      no entry of a list (or ``auto``) is usable
+    ├── NotBuiltError                   the device is usable but its plugin's shims are not built yet
+    ├── PluginError                     a plugin failed to import, register or load
+    ├── UnsupportedFeatureError         the selected device does not support a requested feature
+    └── DistributedError                a launch environment is missing or half set
+
+The CLI prints ``str(error)`` (one or a few sentences, no traceback) and exits non-zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class AnyDeviceError(Exception):
+    """Base class of every anydevice error; ``hint`` tells the user how to fix it."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n{self.hint}"
+        return self.message
+
+
+class SelectionError(AnyDeviceError, ValueError):
+    """The device selection string is malformed (empty item, bad index, ``auto`` in a list)."""
+
+
+class UnknownDeviceError(SelectionError):
+    """No installed plugin provides the requested device name."""
+
+    def __init__(self, name: str, known: Sequence[str], suggestion: str | None) -> None:
+        did_you_mean = f" Did you mean '{suggestion}'?" if suggestion else ""
+        super().__init__(
+            f"Unknown device '{name}'.{did_you_mean}",
+            "Known devices: " + ", ".join(sorted(known)) + ". Run `anydevice list` to see them all.",
+        )
+        self.name = name
+        self.known = tuple(known)
+        self.suggestion = suggestion
+
+
+class DeviceUnavailableError(AnyDeviceError):
+    """A named device cannot be used in this environment; ``reason`` says why."""
+
+    def __init__(
+        self,
+        name: str,
+        reason: str,
+        fix: str | None = None,
+        available: Sequence[str] = (),
+        problem: str | None = None,
+    ) -> None:
+        avail = ", ".join(available) if available else "none"
+        hint = "\n".join(part for part in (f"Fix: {fix}" if fix else None, f"Available here: {avail}.") if part)
+        super().__init__(f"Device '{name}' is not available: {reason}.", hint)
+        self.name = name
+        self.reason = reason
+        self.fix = fix
+        self.available = tuple(available)
+        self.problem = problem
+
+
+class VersionMismatchError(DeviceUnavailableError):
+    """torch and a vendor package that must match it exactly do not (caught before importing it)."""
+
+    def __init__(self, name: str, package: str, package_version: str, torch_version: str, fix: str) -> None:
+        super().__init__(
+            name,
+            f"{package} {package_version} does not pair with torch {torch_version}",
+            fix,
+            problem="version_mismatch",
+        )
+        self.package = package
+        self.package_version = package_version
+        self.torch_version = torch_version
+
+
+class NoDeviceAvailableError(DeviceUnavailableError):
+    """None of the devices in a list (or ``auto``) is usable; every rejection is listed."""
+
+    def __init__(self, request: str, rejections: Sequence[tuple[str, str]], available: Sequence[str]) -> None:
+        lines = "; ".join(f"{name}: {why}" for name, why in rejections)
+        super().__init__(request, f"no device in '{request}' is usable ({lines})", None, available)
+        self.rejections = tuple(rejections)
+
+
+class NotBuiltError(AnyDeviceError):
+    """The device is present but its plugin does not implement the shims yet."""
+
+
+class PluginError(AnyDeviceError):
+    """A plugin failed to import, register or load; ``plugin`` names it."""
+
+    def __init__(self, plugin: str, error: BaseException | str, hint: str | None = None) -> None:
+        detail = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        super().__init__(f"Plugin '{plugin}' is broken: {detail}", hint)
+        self.plugin = plugin
+        self.error = error
+
+
+class UnsupportedFeatureError(AnyDeviceError):
+    """The selected device does not support a requested feature (e.g. FSDP on XLA CPU)."""
+
+
+class DistributedError(AnyDeviceError):
+    """The distributed launch environment is missing, half set, or inconsistent."""

@@ -1,0 +1,47 @@
+"""The plugin contract: the hooks a device plugin implements.
+
+A plugin is a module found through the ``anydevice`` entry-point group. It must import
+without its vendor library. It implements one or more of these hooks with ``@hookimpl``::
+
+    from anydevice.hookspecs import hookimpl
+    from anydevice.device_spec import DeviceSpec, Detection
+
+    @hookimpl
+    def anydevice_register_devices(register):
+        register(DeviceSpec(name="mychip", detect=detect, load=load, priority=50))
+
+The contract is versioned by :data:`CONTRACT_VERSION`; a change that breaks plugins bumps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import pluggy
+
+if TYPE_CHECKING:
+    from anydevice.device_spec import DeviceSpec
+
+PROJECT: Final = "anydevice"
+CONTRACT_VERSION: Final = 1
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
+    """Declare the devices this plugin provides.
+
+    :param register: call it once per device with a :class:`~anydevice.device_spec.DeviceSpec`.
+        Registration must be cheap: no vendor import, no hardware probing (that is ``detect``'s job).
+    """
+
+
+@hookspec
+def anydevice_register_probes(register: Callable[[Any], None]) -> None:
+    """Add compatibility-matrix probes.
+
+    :param register: call it with a :class:`anydevice.compat_matrix.probe.Probe` per probe.
+    """

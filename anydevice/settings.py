@@ -1,0 +1,99 @@
+"""Every environment variable anydevice reads, in one place.
+
+Each variable is a :class:`Setting`; read it with ``SETTING.get()``. The README's
+"Environment variables" table is checked against :data:`ALL` by the tests, so a new
+variable cannot go undocumented.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, default and what it does."""
+
+    name: str
+    doc: str
+    default: str | None = None
+    owner: str = "anydevice"
+
+    def get(self) -> str | None:
+        """The variable's value, stripped; the default when unset or empty."""
+        value = os.environ.get(self.name, "").strip()
+        return value or self.default
+
+    def flag(self) -> bool:
+        """True when the variable is set to 1/true/yes/on."""
+        return (self.get() or "").lower() in {"1", "true", "yes", "on"}
+
+
+ANYDEVICE: Final = Setting(
+    "ANYDEVICE",
+    "Device selection: a name (`cpu`, `cuda`, `tpu`, ...), `name:index`, `auto`, or an ordered list "
+    "`tpu,cuda,cpu`. An explicit `anydevice.use()` call wins over it.",
+    "auto",
+)
+ANYDEVICE_PLUGINS: Final = Setting(
+    "ANYDEVICE_PLUGINS",
+    "Comma list of plugin (entry-point) names to load; every other installed plugin is ignored. "
+    "Unset: load all.",
+)
+ANYDEVICE_QUIET: Final = Setting(
+    "ANYDEVICE_QUIET",
+    "Set to 1 to silence the one stderr line that says which device `auto` or a list chose.",
+)
+ANYDEVICE_DEBUG: Final = Setting(
+    "ANYDEVICE_DEBUG",
+    "Set to 1 to make the CLI print full tracebacks instead of one-sentence errors.",
+)
+ANYDEVICE_CACHE_DIR: Final = Setting(
+    "ANYDEVICE_CACHE_DIR",
+    "Root of the compile caches plugins use (inductor, XLA, NEFF); default `~/.cache/anydevice`.",
+)
+ANYDEVICE_ALLOW_TPU_AUTOLOAD: Final = Setting(
+    "ANYDEVICE_ALLOW_TPU_AUTOLOAD",
+    "Set to 1 to let `anydevice run` and the CLI keep torch's backend autoload (which imports "
+    "torch_tpu) even when another device is selected.",
+)
+LOCAL_RANK: Final = Setting("LOCAL_RANK", "Set by launchers (torchrun): the rank on this node; picks the device index.", owner="torchrun")
+RANK: Final = Setting("RANK", "Set by launchers: the global rank.", owner="torchrun")
+WORLD_SIZE: Final = Setting("WORLD_SIZE", "Set by launchers: the number of processes.", owner="torchrun")
+LOCAL_WORLD_SIZE: Final = Setting("LOCAL_WORLD_SIZE", "Set by launchers: processes on this node.", owner="torchrun")
+MASTER_ADDR: Final = Setting("MASTER_ADDR", "Set by launchers: rendezvous host.", owner="torchrun")
+MASTER_PORT: Final = Setting("MASTER_PORT", "Set by launchers: rendezvous port.", owner="torchrun")
+PJRT_DEVICE: Final = Setting(
+    "PJRT_DEVICE",
+    "torch_xla's runtime device (CPU, TPU, CUDA, NEURON). anydevice sets it from the selection when "
+    "unset and respects it when set.",
+    owner="torch_xla",
+)
+TORCH_DEVICE_BACKEND_AUTOLOAD: Final = Setting(
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "torch's out-of-tree backend autoload (`0` disables it). `anydevice run` and the CLI set it to 0 "
+    "when the selected device does not need an autoloaded backend (so torch_tpu is not imported).",
+    owner="torch",
+)
+
+ALL: Final[tuple[Setting, ...]] = tuple(v for v in globals().values() if isinstance(v, Setting))
+
+
+def cache_dir(*parts: str) -> Path:
+    """A directory under ``ANYDEVICE_CACHE_DIR`` (created on first use)."""
+    root = ANYDEVICE_CACHE_DIR.get()
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "anydevice"
+    path = base.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def allowed_plugins() -> frozenset[str] | None:
+    """The plugin names ``ANYDEVICE_PLUGINS`` allows, or None for all."""
+    value = ANYDEVICE_PLUGINS.get()
+    if value is None:
+        return None
+    return frozenset(part.strip() for part in value.split(",") if part.strip())

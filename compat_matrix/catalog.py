@@ -1,0 +1,88 @@
+"""The probe catalogue: the built-in probes plus those plugins register, and ``--only`` selection."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+
+from anydevice.compat_matrix.probe import Probe
+
+SANITY_NAME = "sanity"
+_GLOB = set("*?[")
+
+
+def builtin_probes() -> list[Probe]:
+    """Every built-in probe, sanity first, then the cheap groups before the slow ones."""
+    from anydevice.compat_matrix import (
+        probes_collectives,
+        probes_compilation,
+        probes_dtypes,
+        probes_ops,
+        probes_placement,
+        probes_profiling,
+    )
+
+    return [
+        probes_placement.SANITY,
+        *probes_placement.PROBES,
+        *probes_dtypes.PROBES,
+        *probes_ops.PROBES,
+        *probes_profiling.PROBES,
+        *probes_compilation.PROBES,
+        *probes_collectives.PROBES,
+    ]
+
+
+def plugin_probes(problems: list[str]) -> list[Probe]:
+    """Probes plugins add through the ``anydevice_register_probes`` hook; failures go to ``problems``."""
+    try:
+        from anydevice.registry import get_registry
+
+        registry = get_registry()
+    except Exception as exc:  # the matrix must still run when the registry cannot load
+        problems.append(f"plugin probes not loaded: {type(exc).__name__}: {exc}")
+        return []
+    found: list[Probe] = []
+
+    def register(probe: object) -> None:
+        if isinstance(probe, Probe):
+            found.append(probe)
+        else:
+            problems.append(f"a plugin registered {probe!r}, not an anydevice.compat_matrix.probe.Probe")
+
+    before = len(registry.failures)
+    registry.call_hook("anydevice_register_probes", register)
+    problems.extend(f"plugin {f.plugin}: {f.error}" for f in registry.failures[before:])
+    return found
+
+
+def all_probes(problems: list[str] | None = None, with_plugins: bool = True) -> list[Probe]:
+    """Built-in and plugin probes; a plugin probe whose name is taken is dropped (and reported)."""
+    problems = problems if problems is not None else []
+    probes: dict[str, Probe] = {}
+    for probe in [*builtin_probes(), *(plugin_probes(problems) if with_plugins else [])]:
+        if probe.name in probes:
+            problems.append(f"probe name {probe.name!r} registered twice; the second was ignored")
+            continue
+        probes[probe.name] = probe
+    return list(probes.values())
+
+
+def matches(name: str, shim: str, only: str) -> bool:
+    """Whether a probe is picked by ``--only``: comma-separated globs or substrings of name or shim."""
+    for pattern in (p.strip() for p in only.split(",")):
+        if not pattern:
+            continue
+        if _GLOB & set(pattern):
+            if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(shim, pattern):
+                return True
+        elif pattern in name or pattern == shim:
+            return True
+    return False
+
+
+def select(probes: Iterable[Probe], only: str | None) -> list[Probe]:
+    """The probes to run: those ``only`` picks (all when None), always with the sanity gate first."""
+    chosen = [p for p in probes if only is None or p.name == SANITY_NAME or matches(p.name, p.shim, only)]
+    chosen.sort(key=lambda p: p.name != SANITY_NAME)  # stable: keeps the catalogue order otherwise
+    return chosen

@@ -1,0 +1,76 @@
+"""The probe type plugins register, and the outcomes a probe can signal.
+
+A probe is a function ``fn(ctx)`` that exercises one feature on the selected device. It
+returns normally when the feature works, raises :class:`Skip` when the feature does not apply,
+:class:`Partial` when it works only in part, and any other exception when it fails; the
+stage it was in (``ctx.stage(...)``) says where. See :mod:`anydevice.compat_matrix.context`.
+
+Plugins add probes through the ``anydevice_register_probes(register)`` hook::
+
+    from anydevice.compat_matrix.probe import Probe
+
+    @hookimpl
+    def anydevice_register_probes(register):
+        register(Probe("mychip_special_op", "ops", my_probe_fn, description="..."))
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from anydevice.compat_matrix.context import ProbeContext
+
+SHIMS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops")
+"""The groups probes belong to: the four shims, dtypes and common ops (plus the gate)."""
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One compatibility check.
+
+    :param name: unique id, lower case (``[a-z0-9_.:-]``), used by ``--only`` and on the page.
+    :param shim: the group it belongs to; one of :data:`SHIMS` (plugins may add their own).
+    :param fn: the check; called with a :class:`~anydevice.compat_matrix.context.ProbeContext`.
+    :param params: what varies between probes of one family (e.g. ``{"dtype": "bfloat16"}``).
+    :param description: one sentence shown on the page.
+    """
+
+    name: str
+    shim: str
+    fn: Callable[[ProbeContext], None]
+    params: Mapping[str, str | int | float | bool | None] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(f"probe name {self.name!r} must match {_NAME.pattern}")
+        if not _NAME.match(self.shim):
+            raise ValueError(f"probe {self.name!r}: shim {self.shim!r} must match {_NAME.pattern}")
+        if not callable(self.fn):
+            raise TypeError(f"probe {self.name!r}: fn must be callable")
+
+
+class ProbeSignal(Exception):
+    """Base of the exceptions a probe raises to report something other than pass or fail."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Skip(ProbeSignal):
+    """The feature does not apply here (e.g. a dtype the device does not have); not a failure."""
+
+
+class Partial(ProbeSignal):
+    """The feature works only in part; ``reason`` says which part is missing."""
+
+
+class HarnessError(ProbeSignal):
+    """The harness (or the anydevice API it relies on) is at fault, not the device."""

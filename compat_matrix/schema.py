@@ -1,0 +1,211 @@
+"""The result-file schema: one :class:`Run` per probe run, validated with pydantic v2.
+
+A result file is JSON written by ``anydevice matrix probe``. Free text (messages, logs) is
+bounded so that a runaway probe cannot produce a huge file; :func:`bounded` truncates text
+before it is stored, and validation rejects files whose text exceeds the bounds.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION: Final = 1
+MAX_MESSAGE: Final = 2000
+MAX_LOG: Final = 8000
+MAX_REASON: Final = 1000
+_CUT: Final = "\n[... truncated ...]\n"
+
+ParamValue = str | int | float | bool | None
+
+
+class Status(str, Enum):
+    """What a probe observed."""
+
+    PASS = "pass"
+    FALLBACK = "pass_cpu_fallback"
+    PARTIAL = "partial"
+    FAIL = "fail"
+    SKIP = "skip"
+    HARNESS_ERROR = "harness_error"
+    UNTESTED = "untested"
+    FAKE = "fake"
+
+
+class Stage(str, Enum):
+    """Where a failing probe failed."""
+
+    IMPORT = "import"
+    PLACE = "place"
+    COMPILE = "compile"
+    EXECUTE = "execute"
+    COMPARE = "compare"
+
+
+def bounded(text: str | None, limit: int) -> str | None:
+    """Truncate ``text`` to at most ``limit`` characters, keeping its head and tail."""
+    if text is None or len(text) <= limit:
+        return text
+    keep = limit - len(_CUT)
+    head = keep // 2
+    return text[:head] + _CUT + text[len(text) - (keep - head) :]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+class Numerics(_Model):
+    """How a device result compared with the reference (CPU unless stated)."""
+
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    reference: str = "cpu"
+
+
+class ProbeResult(_Model):
+    """One probe's outcome on one run."""
+
+    probe: str = Field(min_length=1, max_length=200)
+    shim: str = Field(min_length=1, max_length=50)
+    description: str = Field(default="", max_length=MAX_REASON)
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    status: Status
+    failure_stage: Stage | None = None
+    reason: str | None = Field(default=None, max_length=MAX_REASON)
+    exception_type: str | None = Field(default=None, max_length=200)
+    message: str | None = Field(default=None, max_length=MAX_MESSAGE)
+    numerics: Numerics | None = None
+    fallback_ops: list[str] = Field(default_factory=list)
+    expected: Status | None = None
+    duration_s: float = Field(default=0.0, ge=0)
+    log: str = Field(default="", max_length=MAX_LOG)
+
+    @model_validator(mode="after")
+    def _stage_matches_status(self) -> ProbeResult:
+        if self.status is Status.FAIL and self.failure_stage is None:
+            raise ValueError("a failed probe needs a failure_stage")
+        if self.status is not Status.FAIL and self.failure_stage is not None:
+            raise ValueError(f"failure_stage is only for failed probes, not {self.status.value}")
+        if self.status in (Status.SKIP, Status.UNTESTED, Status.HARNESS_ERROR) and not self.reason:
+            raise ValueError(f"a {self.status.value} result needs a reason")
+        return self
+
+
+class AnydeviceInfo(_Model):
+    """The anydevice that ran the probes."""
+
+    version: str
+    git_sha: str | None = None
+
+
+class PluginInfo(_Model):
+    """The plugin selected for the run (name is the requested spec when selection failed)."""
+
+    name: str
+    version: str | None = None
+    vendor_package: str | None = None
+    vendor_version: str | None = None
+
+
+class EnvInfo(_Model):
+    """Software around the probes."""
+
+    python: str
+    torch: str | None = None
+    os: str
+    runtimes: dict[str, str] = Field(default_factory=dict)
+
+
+class Hardware(_Model):
+    """The device the probes ran on."""
+
+    device_type: str
+    chip: str | None = None
+    device_count: int = Field(default=0, ge=0)
+    memory_bytes: int | None = None
+    simulated: bool = False
+
+
+class Invocation(_Model):
+    """How the run was started, and the one-line command that reproduces it."""
+
+    argv: list[str]
+    ANYDEVICE: str | None = None
+    seed: int = 0
+    command: str
+
+
+class Health(_Model):
+    """Whether the run's results can be trusted as a whole."""
+
+    sanity_passed: bool
+    device_available: bool = True
+    note: str | None = Field(default=None, max_length=MAX_MESSAGE)
+
+
+class Run(_Model):
+    """One probe run on one machine: environment, health and every probe's result."""
+
+    schema_version: Literal[1]
+    run_id: str = Field(min_length=1, max_length=100)
+    started_at: datetime
+    finished_at: datetime
+    anydevice: AnydeviceInfo
+    plugin: PluginInfo
+    env: EnvInfo
+    hardware: Hardware
+    invocation: Invocation
+    health: Health
+    results: list[ProbeResult]
+
+    @model_validator(mode="after")
+    def _unique_probes(self) -> Run:
+        seen: set[str] = set()
+        for result in self.results:
+            if result.probe in seen:
+                raise ValueError(f"probe {result.probe!r} appears twice")
+            seen.add(result.probe)
+        return self
+
+
+class ResultFileError(ValueError):
+    """A result file that cannot be read or does not match the schema; ``path`` names it."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        super().__init__(f"{path}: {detail}")
+        self.path = path
+        self.detail = detail
+
+
+def load_run(path: Path) -> Run:
+    """Read and validate one result file; raise :class:`ResultFileError` naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultFileError(path, f"cannot read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ResultFileError(path, f"not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ResultFileError(path, "not a JSON object")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultFileError(path, f"unsupported schema_version {version!r} (this anydevice reads {SCHEMA_VERSION})")
+    try:
+        return Run.model_validate(data)
+    except ValueError as exc:
+        first = str(exc).splitlines()
+        raise ResultFileError(path, "schema error: " + " ".join(line.strip() for line in first[:6])) from exc
+
+
+def dump_run(run: Run, path: Path) -> None:
+    """Write ``run`` as stable, indented JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(run.model_dump_json(indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,47 @@
+"""The cpu plugin: always available; inductor, gloo, torch.profiler."""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Callable
+from pathlib import Path
+
+from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.hookspecs import hookimpl
+from anydevice.shims.contracts import Shims
+
+
+def chip() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what platform reports."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def detect() -> Detection:
+    return Detection.ok("the CPU is always available", count=1, chip=chip(), cores=str(os.cpu_count()))
+
+
+def load() -> Shims:
+    from anydevice.shims.eager import EagerVendor, eager_shims
+
+    return eager_shims(
+        EagerVendor(
+            device_type="cpu",
+            compile_backend="inductor",  # needs a C++ compiler
+            dist_backend="gloo",
+            chip=chip,
+            peak_tflops={},  # no trustworthy per-model CPU peak: MFU stays unknown
+            no_memory_stats_reason="torch's CPU allocator keeps no statistics",
+        )
+    )
+
+
+@hookimpl
+def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
+    register(DeviceSpec(name="cpu", detect=detect, load=load, priority=0, description="host CPU (always available)"))

@@ -1,0 +1,62 @@
+"""The mps plugin: Apple-silicon GPUs through Metal."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+
+from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.hookspecs import hookimpl
+from anydevice.shims.contracts import Shims
+
+
+def detect() -> Detection:
+    if platform.system() != "Darwin" or platform.machine() != "arm64":
+        return Detection.missing(
+            f"MPS needs macOS on Apple silicon (this is {platform.system()} {platform.machine()})",
+            "run on a Mac with an M-series chip",
+            "unsupported_platform",
+        )
+    import torch
+
+    if not torch.backends.mps.is_available():
+        built = torch.backends.mps.is_built()
+        return Detection.missing(
+            "torch reports MPS unavailable" + ("" if built else " (this torch build has no MPS support)"),
+            "use macOS 12.3+ and the standard torch wheel for macOS arm64",
+            "no_hardware" if built else "package_missing",
+        )
+    return Detection.ok("Apple-silicon GPU available through Metal", count=1, chip=platform.processor() or "Apple silicon")
+
+
+def _autocast_dtype() -> object:
+    import torch
+
+    return torch.float16
+
+
+def _memory(index: int) -> dict[str, int]:
+    import torch
+
+    return {"allocated_bytes": int(torch.mps.current_allocated_memory()), "reserved_bytes": int(torch.mps.driver_allocated_memory())}
+
+
+def load() -> Shims:
+    from anydevice.shims.eager import EagerVendor, eager_shims
+
+    return eager_shims(
+        EagerVendor(
+            device_type="mps",
+            compile_backend="inductor",
+            dist_backend="gloo",
+            autocast_dtype=_autocast_dtype,  # type: ignore[arg-type]
+            launcher="single-process",
+            fsdp=False,
+            memory_stats=_memory,
+        )
+    )
+
+
+@hookimpl
+def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
+    register(DeviceSpec(name="mps", aliases=("metal",), detect=detect, load=load, priority=60, description="Apple-silicon GPU (Metal)"))

@@ -1,0 +1,57 @@
+"""The xpu plugin: Intel GPUs through torch.xpu."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.hookspecs import hookimpl
+from anydevice.shims import detect as d
+from anydevice.shims.contracts import Shims
+
+INTEL_PCI_VENDOR = "0x8086"
+
+
+def _intel_gpus() -> list[str]:
+    gpus = []
+    for address, _device in d.pci_devices(INTEL_PCI_VENDOR):
+        try:
+            with open(f"/sys/bus/pci/devices/{address}/class") as handle:
+                if handle.read().strip().startswith("0x03"):  # display controller
+                    gpus.append(address)
+        except OSError:
+            continue
+    return gpus
+
+
+def detect() -> Detection:
+    build = d.torch_build()
+    if not build:
+        return Detection.missing("torch is not installed", "pip install torch", "package_missing")
+    gpus = _intel_gpus()
+    if build.get("xpu") is None:
+        reason = f"this torch build ({build.get('version')}) has no XPU support"
+        if not gpus:
+            reason += " and no Intel GPU was found"
+        return Detection.missing(reason, "install torch's XPU build on a machine with an Intel GPU", "package_missing")
+    if not gpus:
+        return Detection.missing("no Intel GPU found on the PCI bus", "run on a machine with an Intel Data Center or Arc GPU", "no_hardware")
+    import torch
+
+    if not torch.xpu.is_available():
+        return Detection.missing("torch cannot use the Intel GPU (driver missing?)", "install Intel's GPU driver and runtime", "no_hardware")
+    count = torch.xpu.device_count()
+    return Detection.ok(f"{count} Intel XPU device(s) visible", count=count, chip=torch.xpu.get_device_name(0))
+
+
+def load() -> Shims:
+    from anydevice.shims.eager import EagerVendor, eager_shims
+
+    return eager_shims(
+        EagerVendor(device_type="xpu", compile_backend="inductor", dist_backend="xccl", profiler_activities=("XPU",))
+    )
+
+
+@hookimpl
+def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
+    register(DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70, description="Intel GPUs (torch.xpu)"))

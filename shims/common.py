@@ -1,0 +1,109 @@
+"""Helpers every shim implementation shares: moving nested objects, portable atomic saves, ranks."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+def tree_map_tensors(obj: T, fn: Callable[[torch.Tensor], torch.Tensor]) -> T:
+    """Apply ``fn`` to every tensor inside nested dicts, lists, tuples, named tuples and dataclasses.
+
+    Modules are moved in place with ``module.to`` semantics by :func:`move`; other leaves are kept.
+    """
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)  # type: ignore[return-value]
+    if isinstance(obj, dict):
+        return type(obj)((k, tree_map_tensors(v, fn)) for k, v in obj.items())  # type: ignore[call-arg]
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(tree_map_tensors(v, fn) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(tree_map_tensors(v, fn) for v in obj)  # type: ignore[call-arg]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {f.name: tree_map_tensors(getattr(obj, f.name), fn) for f in dataclasses.fields(obj) if f.init}
+        return dataclasses.replace(obj, **changes)
+    return obj
+
+
+def move(obj: T, device: torch.device, non_blocking: bool = False) -> T:
+    """Move tensors, modules and nested containers of them to ``device``."""
+    if isinstance(obj, torch.nn.Module):
+        return obj.to(device)  # type: ignore[return-value]
+    return tree_map_tensors(obj, lambda t: t.to(device, non_blocking=non_blocking))
+
+
+def to_cpu(obj: T) -> T:
+    """A CPU copy of every tensor in ``obj`` (modules become their state dicts' owners unchanged)."""
+    if isinstance(obj, torch.nn.Module):
+        return obj.to("cpu")  # type: ignore[return-value]
+    return tree_map_tensors(obj, lambda t: t.detach().to("cpu"))
+
+
+def global_rank() -> int:
+    """This process's rank: from the process group when initialised, else ``RANK``, else 0."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def local_rank() -> int:
+    """This process's rank on its node (``LOCAL_RANK``), 0 without a launcher."""
+    return int(os.environ.get("LOCAL_RANK", "0") or 0)
+
+
+def atomic_save(obj: Any, path: Path | str) -> None:
+    """``torch.save`` to a temporary file beside ``path``, fsync, then rename over it.
+
+    A crash mid-write leaves the previous file intact; readers never see a partial file.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def portable_save(obj: Any, path: Path | str) -> None:
+    """Save ``obj`` with every tensor on CPU, written once (by the main rank) and atomically."""
+    if global_rank() == 0:
+        atomic_save(to_cpu(obj), path)
+
+
+class Prefetcher(Iterable[T]):
+    """Iterate a loader, moving the next batch to the device while the current one is used."""
+
+    def __init__(self, loader: Iterable[T], device: torch.device, non_blocking: bool) -> None:
+        self.loader = loader
+        self.device = device
+        self.non_blocking = non_blocking
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[T]:
+        iterator = iter(self.loader)
+        try:
+            ahead = move(next(iterator), self.device, self.non_blocking)
+        except StopIteration:
+            return
+        for batch in iterator:
+            current, ahead = ahead, move(batch, self.device, self.non_blocking)
+            yield current
+        yield ahead

@@ -1,0 +1,137 @@
+"""The four shim contracts every device plugin provides once it is selected.
+
+Each is a small :class:`typing.Protocol`; :class:`Shims` bundles one of each. Shared
+implementations live beside this module (``eager`` for devices driven by ``torch.accelerator``,
+``lazy_xla`` for torch_xla devices); a plugin mostly fills in a table of its vendor's calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+T = TypeVar("T")
+
+
+class MemoryStats(dict[str, int]):
+    """Device memory counters in bytes; empty with :attr:`reason` set where the runtime gives none."""
+
+    def __init__(self, stats: Mapping[str, int] | None = None, reason: str | None = None) -> None:
+        super().__init__(stats or {})
+        self.reason = reason
+
+
+@runtime_checkable
+class Placement(Protocol):
+    """Where tensors live and how a step ends on this device."""
+
+    device_type: str
+
+    def device(self, index: int | None = None) -> torch.device:
+        """The torch.device for ``index`` (None: the process's default, local-rank aware)."""
+
+    def device_count(self) -> int:
+        """How many devices of this type the process can see."""
+
+    def set_device(self, index: int) -> None:
+        """Make ``index`` the process's current device."""
+
+    def synchronize(self) -> None:
+        """Wait until queued work on the device has finished."""
+
+    def step(self) -> None:
+        """Mark a step boundary (XLA sync on lazy devices, no-op on eager ones)."""
+
+    def manual_seed(self, seed: int) -> None:
+        """Seed every RNG the device uses."""
+
+    def autocast_dtype(self) -> torch.dtype:
+        """The device's preferred low-precision dtype."""
+
+    def autocast(self, dtype: torch.dtype | None = None, enabled: bool = True) -> AbstractContextManager[Any]:
+        """A ``torch.autocast`` context for this device."""
+
+    def memory_stats(self) -> MemoryStats:
+        """Allocator counters in bytes, or an empty result with the reason."""
+
+    def data_loader(self, loader: Iterable[T]) -> Iterable[T]:
+        """Wrap a loader so that batches arrive on the device, prefetched the device's way."""
+
+    def save(self, obj: Any, path: Path) -> None:
+        """Write ``obj`` portably (tensors moved to CPU first)."""
+
+
+@runtime_checkable
+class Compilation(Protocol):
+    """How ``torch.compile`` is driven on this device."""
+
+    backend: str
+
+    def compile(self, model: T, **options: Any) -> T:
+        """``torch.compile`` with this device's backend; ``options`` are mapped or rejected clearly."""
+
+    def cache_dir(self) -> Path | None:
+        """Where compiled artefacts are cached, or None when the backend has no persistent cache."""
+
+
+@runtime_checkable
+class Collectives(Protocol):
+    """Process groups, launch and model wrapping on this device."""
+
+    backend: str
+    init_method: str
+    launcher: str
+    mesh_device_type: str
+
+    def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
+        """Extra environment a launcher sets for one local rank (e.g. visible cores)."""
+
+    def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
+        """Wrap ``model`` for data parallelism: ``ddp`` or ``fsdp``."""
+
+
+@dataclass
+class TraceSession:
+    """An active or finished profiler trace: where it writes, what it wrote, how to view it."""
+
+    directory: Path
+    viewer: str
+    files: list[Path] = field(default_factory=list)
+    tool: str = ""
+
+    def step(self) -> None:
+        """Advance the profiler schedule by one step (``ad.step()`` calls it)."""
+
+
+@runtime_checkable
+class Profiling(Protocol):
+    """The vendor's profiler and the chip's peak."""
+
+    def trace(self, directory: Path, **options: Any) -> AbstractContextManager[TraceSession]:
+        """Record a trace into ``directory``; the session's ``files`` lists what was written."""
+
+    def peak_flops(self, dtype: torch.dtype) -> float | None:
+        """Dense peak FLOP/s of one chip for ``dtype``, or None when unknown (never guessed)."""
+
+    def chip(self) -> str | None:
+        """The chip's marketing name (``H100``, ``TPU v5e``), or None."""
+
+
+@dataclass
+class Shims:
+    """The four shims of a selected device, plus the versions that matter for it."""
+
+    placement: Placement
+    compilation: Compilation
+    collectives: Collectives
+    profiling: Profiling
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[object]:
+        return iter((self.placement, self.compilation, self.collectives, self.profiling))
