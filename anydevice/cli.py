@@ -132,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``anydevice`` and ``python -m anydevice``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        from anydevice import autoload
+
+        autoload.apply()  # before anything imports torch: no unselected torch_tpu import
         if argv and argv[0] in DELEGATED:
             return _delegate(argv[0])(argv[1:])
         args = build_parser().parse_args(argv)

@@ -59,6 +59,8 @@ class DeviceSpec:
     :param vendor_package: the Python distribution the device needs (for versions and doctor).
     :param description: one line for ``anydevice list``.
     :param verified_on_hardware: False when the plugin was only tested against a simulated vendor module.
+    :param prepare_environment: sets variables the vendor reads at import; called before ``load``.
+    :param autoload_module: the package torch's ``torch.backends`` autoload imports for this device.
     """
 
     name: str
@@ -71,3 +73,5 @@ class DeviceSpec:
     verified_on_hardware: bool = True
     prepare_environment: Callable[[], None] | None = None
     """Optional: set environment variables the vendor reads at import (called before ``load``)."""
+    autoload_module: str | None = None
+    """The module torch's backend autoload would import for this device (``torch_tpu``), if any."""

@@ -55,10 +55,10 @@ ANYDEVICE_CACHE_DIR: Final = Setting(
     "ANYDEVICE_CACHE_DIR",
     "Root of the compile caches plugins use (inductor, XLA, NEFF); default `~/.cache/anydevice`.",
 )
-ANYDEVICE_ALLOW_TPU_AUTOLOAD: Final = Setting(
-    "ANYDEVICE_ALLOW_TPU_AUTOLOAD",
+ANYDEVICE_KEEP_AUTOLOAD: Final = Setting(
+    "ANYDEVICE_KEEP_AUTOLOAD",
     "Set to 1 to let `anydevice run` and the CLI keep torch's backend autoload (which imports "
-    "torch_tpu) even when another device is selected.",
+    "torch_tpu, TorchNeuron) even when the selected device does not need it.",
 )
 LOCAL_RANK: Final = Setting("LOCAL_RANK", "Set by launchers (torchrun): the rank on this node; picks the device index.", owner="torchrun")
 RANK: Final = Setting("RANK", "Set by launchers: the global rank.", owner="torchrun")

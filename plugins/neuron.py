@@ -34,6 +34,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
         DeviceSpec(
             name="neuron", aliases=("trainium", "inferentia"), detect=detect, load=load, priority=85,
-            vendor_package="torch-neuronx", description="AWS Trainium / Inferentia (torch-neuronx)", verified_on_hardware=False,
+            vendor_package="torch-neuronx", autoload_module="torch_neuronx", description="AWS Trainium / Inferentia (torch-neuronx)", verified_on_hardware=False,
         )
     )

@@ -45,4 +45,4 @@ def load() -> Shims:
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(DeviceSpec(name="tpu", detect=detect, load=load, priority=90, vendor_package="torch_tpu", description="Google TPU (TorchTPU, else torch_xla)"))
+    register(DeviceSpec(name="tpu", detect=detect, load=load, priority=90, vendor_package="torch_tpu", autoload_module="torch_tpu", description="Google TPU (TorchTPU, else torch_xla)"))

@@ -8,24 +8,22 @@ from collections.abc import Callable
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.errors import NotBuiltError
 from anydevice.hookspecs import hookimpl
-from anydevice.shims import detect as d
+from anydevice.shims import versions
 from anydevice.shims.contracts import Shims
 
 
 def detect() -> Detection:
-    xla_version = d.version_of("torch_xla") or d.version_of("torch-xla")
-    if xla_version is None:
-        return Detection.missing("torch_xla is not installed", "pip install torch_xla==<your torch's major.minor>.* (e.g. torch==2.9.0 torch_xla==2.9.0)", "package_missing")
-    torch_version = d.torch_version() or "?"
-    if torch_version == "?" or d.major_minor(torch_version) != d.major_minor(xla_version):
-        mm = ".".join(map(str, d.major_minor(xla_version)))
+    pair = versions.check_pair("torch_xla")
+    if pair is None:
         return Detection.missing(
-            f"torch_xla {xla_version} does not pair with torch {torch_version}",
-            f"pip install torch=={mm}.* torch_xla=={xla_version} (they must share major.minor)",
-            "version_mismatch",
+            "torch_xla is not installed",
+            "pip install torch_xla with the torch of the same major.minor (e.g. torch==2.9.0 torch_xla==2.9.0)",
+            "package_missing",
         )
+    if not pair.ok:
+        return Detection.missing(pair.reason, pair.fix, "version_mismatch")
     pjrt = os.environ.get("PJRT_DEVICE") or "CPU"
-    return Detection.ok(f"torch_xla {xla_version} with PJRT_DEVICE={pjrt}", count=None, chip=f"PJRT {pjrt}")
+    return Detection.ok(f"torch_xla {pair.package_version} with PJRT_DEVICE={pjrt}", chip=f"PJRT {pjrt}")
 
 
 def load() -> Shims:

@@ -1,0 +1,1 @@
+"""Integrations with other engines (Ray Train); each behind an extra."""
