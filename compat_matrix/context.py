@@ -10,7 +10,6 @@ from types import ModuleType
 from typing import Any
 
 import torch
-
 from anydevice.compat_matrix.probe import HarnessError
 from anydevice.compat_matrix.schema import Numerics, Stage
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 import torch.distributed as tdist
-
 from anydevice.compat_matrix.context import ProbeContext
 from anydevice.compat_matrix.probe import Probe, Skip
 from anydevice.compat_matrix.schema import Stage
@@ -97,7 +96,7 @@ def reduce_scatter(ctx: ProbeContext) -> None:
     full = ctx.place(torch.arange(2 * world, dtype=torch.float32) + rank)
     out = ctx.place(torch.zeros(2))
     with ctx.stage(Stage.EXECUTE):
-        tdist.reduce_scatter_tensor(out, full)
+        getattr(tdist, "reduce_scatter_single", tdist.reduce_scatter_tensor)(out, full)
         ctx.sync()
     base = torch.arange(2 * world, dtype=torch.float32)[2 * rank : 2 * rank + 2]
     ctx.compare(out, base * world + sum(range(world)), atol=0, rtol=0)
@@ -126,14 +125,14 @@ def _train_step(ctx: ProbeContext, strategy: str) -> None:
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(ctx.seed))
     ref = copy.deepcopy(model)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    ref(x).pow(2).mean().backward()
+    torch.autograd.backward(ref(x).pow(2).mean())
     ref_opt.step()
     with ctx.stage(Stage.PLACE):
         wrapped = dist.wrap(ctx.place(model), strategy)
     x_dev = ctx.place(x)
     with ctx.stage(Stage.EXECUTE):
         opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
-        wrapped(x_dev).pow(2).mean().backward()
+        torch.autograd.backward(wrapped(x_dev).pow(2).mean())
         opt.step()
         ctx.sync()
         after = wrapped(x_dev)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from anydevice.compat_matrix.context import PlacementError, ProbeContext
 from anydevice.compat_matrix.probe import Probe, Skip
 from anydevice.compat_matrix.schema import Stage
@@ -175,12 +174,32 @@ PROBES = [
     Probe("tensor_roundtrip", "placement", tensor_roundtrip, description="ad.to() a tensor and back to CPU, bit-exact."),
     Probe("non_blocking_copy", "placement", non_blocking_copy, description="non_blocking copies both ways, then synchronize."),
     Probe("pin_memory", "placement", pin_memory, description="Pinned host tensor copied to the device without blocking."),
-    Probe("memory_stats", "placement", memory_stats, description="ad.memory_stats() gives byte counters, or an empty result with a reason."),
+    Probe(
+        "memory_stats",
+        "placement",
+        memory_stats,
+        description="ad.memory_stats() gives byte counters, or an empty result with a reason.",
+    ),
     Probe("synchronize", "placement", synchronize, description="ad.synchronize() after a matmul; result equals CPU."),
     Probe("rng_seed_determinism", "placement", rng_seed_determinism, description="ad.manual_seed() makes device RNG repeatable."),
-    Probe("save_load_portable", "placement", save_load_portable, description="ad.save() writes CPU-loadable tensors; ad.load() reads them back."),
-    Probe("autocast_default_dtype", "placement", autocast_default_dtype, description="ad.autocast() runs matmul in the device's low-precision dtype."),
-    Probe("data_loader_prefetch", "placement", data_loader_prefetch, description="ad.data_loader() yields every batch, on the device."),
+    Probe(
+        "save_load_portable",
+        "placement",
+        save_load_portable,
+        description="ad.save() writes CPU-loadable tensors; ad.load() reads them back.",
+    ),
+    Probe(
+        "autocast_default_dtype",
+        "placement",
+        autocast_default_dtype,
+        description="ad.autocast() runs matmul in the device's low-precision dtype.",
+    ),
+    Probe(
+        "data_loader_prefetch",
+        "placement",
+        data_loader_prefetch,
+        description="ad.data_loader() yields every batch, on the device.",
+    ),
     Probe("nested_to", "placement", nested_to, description="ad.to() moves nested containers and modules, leaves other leaves."),
     Probe("step_marker", "placement", step_marker, description="ad.step() between iterations keeps results correct."),
 ]

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from anydevice.compat_matrix.context import ProbeContext
 from anydevice.compat_matrix.probe import Probe, Skip
 from anydevice.compat_matrix.schema import Stage
@@ -19,16 +18,15 @@ _MARKER = "anydevice_probe_marker"
 
 def _traced(ctx: ProbeContext, annotate: bool = False) -> list[Path]:
     x = ctx.place(torch.randn(64, 64, generator=torch.Generator().manual_seed(ctx.seed)))
-    with ctx.stage(Stage.EXECUTE):
-        with ctx.api("profile")(ctx.tmp / "trace") as session:
-            for _ in range(2):
-                if annotate:
-                    with torch.profiler.record_function(_MARKER):
-                        y = x @ x
-                else:
+    with ctx.stage(Stage.EXECUTE), ctx.api("profile")(ctx.tmp / "trace") as session:
+        for _ in range(2):
+            if annotate:
+                with torch.profiler.record_function(_MARKER):
                     y = x @ x
-                ctx.api("step")()
-            ctx.api("synchronize")()
+            else:
+                y = x @ x
+            ctx.api("step")()
+        ctx.api("synchronize")()
     del y
     files = [Path(f) for f in session.files]
     if not files:

@@ -1,0 +1,245 @@
+"""Merge result files from many machines and versions into one matrix, losing nothing.
+
+Columns are device + chip + versions; runs with the same column key share a column, and a cell
+whose runs disagree says so. Diffs compare consecutive runs of the same device.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from anydevice.compat_matrix.probe import SHIMS
+from anydevice.compat_matrix.schema import ProbeResult, ResultFileError, Run, Status, load_run
+from anydevice.compat_matrix.symbols import BROKEN, WORKING
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A validated run and the file it came from (by name only, so pages do not depend on paths)."""
+
+    source: str
+    run: Run
+
+    @property
+    def key(self) -> str:
+        """A unique, stable id for the run on the page."""
+        return f"{self.source}#{self.run.run_id}"
+
+    @property
+    def date(self) -> str:
+        """When the run started, to the second, in UTC."""
+        return str(self.run.started_at.strftime("%Y-%m-%d %H:%M:%SZ"))
+
+    @property
+    def device(self) -> str:
+        """The device identity diffs compare within: plugin, chip, simulated or not."""
+        hw = self.run.hardware
+        return f"{self.run.plugin.name} / {hw.chip or hw.device_type}" + (" (simulated)" if hw.simulated else "")
+
+    @property
+    def healthy(self) -> bool:
+        """Sanity passed and the device was there."""
+        return bool(self.run.health.sanity_passed and self.run.health.device_available)
+
+
+@dataclass
+class Column:
+    """One device + chip + versions; one or more runs."""
+
+    id: str
+    label: str
+    versions: str
+    runs: list[LoadedRun]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One probe."""
+
+    probe: str
+    shim: str
+    description: str
+
+
+@dataclass
+class Cell:
+    """Every result for one probe in one column; ``status`` is None when the runs disagree."""
+
+    entries: list[tuple[LoadedRun, ProbeResult]]
+
+    @property
+    def statuses(self) -> list[Status]:
+        """The distinct statuses, in a stable order."""
+        return sorted({r.status for _, r in self.entries}, key=list(Status).index)
+
+    @property
+    def status(self) -> Status | None:
+        """The agreed status (untested when nobody probed), None on disagreement."""
+        found = self.statuses
+        if not found:
+            return Status.UNTESTED
+        return found[0] if len(found) == 1 else None
+
+    def counts(self) -> list[tuple[Status, int]]:
+        """How many runs saw each status."""
+        return [(s, sum(r.status is s for _, r in self.entries)) for s in self.statuses]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One probe whose status changed between two runs."""
+
+    probe: str
+    old: Status
+    new: Status
+
+
+@dataclass
+class Diff:
+    """Consecutive runs of one device: what broke, what started working, what else changed."""
+
+    device: str
+    old: LoadedRun
+    new: LoadedRun
+    broken: list[Change] = field(default_factory=list)
+    fixed: list[Change] = field(default_factory=list)
+    changed: list[Change] = field(default_factory=list)
+
+
+@dataclass
+class Matrix:
+    """Everything a page shows."""
+
+    runs: list[LoadedRun]
+    columns: list[Column]
+    rows: list[Row]
+    cells: dict[tuple[str, str], Cell]
+    diffs: list[Diff]
+    problems: list[str]
+
+    def cell(self, probe: str, column: Column) -> Cell:
+        """The cell for ``probe`` in ``column`` (empty: untested)."""
+        return self.cells.get((probe, column.id), Cell([]))
+
+    @property
+    def shims(self) -> list[str]:
+        """The shims present, in page order."""
+        return _ordered_shims({row.shim for row in self.rows})
+
+
+def load_runs(paths: Iterable[Path]) -> tuple[list[LoadedRun], list[str]]:
+    """Load every file; malformed ones become problems (named by file) and the rest still load."""
+    runs: list[LoadedRun] = []
+    problems: list[str] = []
+    for path in sorted(paths, key=lambda p: (p.name, str(p))):
+        try:
+            run = load_run(path)
+        except ResultFileError as exc:
+            problems.append(f"{path.name}: {exc.detail}")
+            continue
+        duplicate = next((r for r in runs if r.run == run), None)
+        if duplicate is not None:
+            problems.append(f"{path.name}: same run as {duplicate.source} ({run.run_id}); counted once")
+            continue
+        runs.append(LoadedRun(path.name, run))
+    return runs, problems
+
+
+def merge(runs: Sequence[LoadedRun], problems: Sequence[str] = ()) -> Matrix:
+    """Build the matrix from loaded runs."""
+    ordered = sorted(runs, key=lambda r: (r.device, r.run.started_at, r.key))
+    columns = _columns(ordered)
+    rows = _rows(ordered)
+    cells: dict[tuple[str, str], Cell] = {}
+    for column in columns:
+        for loaded in column.runs:
+            for result in loaded.run.results:
+                cells.setdefault((result.probe, column.id), Cell([])).entries.append((loaded, result))
+    return Matrix(ordered, columns, rows, cells, _diffs(ordered), list(problems))
+
+
+def build_matrix(paths: Iterable[Path]) -> Matrix:
+    """Load and merge result files."""
+    runs, problems = load_runs(paths)
+    return merge(runs, problems)
+
+
+def column_key(loaded: LoadedRun) -> tuple[str, ...]:
+    """What makes two runs share a column: device, chip and every version."""
+    run = loaded.run
+    runtimes = ",".join(f"{k}={v}" for k, v in sorted(run.env.runtimes.items()))
+    return (
+        run.plugin.name,
+        run.hardware.chip or run.hardware.device_type,
+        "simulated" if run.hardware.simulated else "real",
+        run.anydevice.version,
+        run.env.torch or "",
+        run.plugin.vendor_package or "",
+        run.plugin.vendor_version or "",
+        runtimes,
+    )
+
+
+def _columns(runs: list[LoadedRun]) -> list[Column]:
+    groups: dict[tuple[str, ...], list[LoadedRun]] = {}
+    for loaded in runs:
+        groups.setdefault(column_key(loaded), []).append(loaded)
+    columns = []
+    for n, key in enumerate(sorted(groups), start=1):
+        first = groups[key][0].run
+        label = f"{first.plugin.name} · {first.hardware.chip or first.hardware.device_type}"
+        if first.hardware.simulated:
+            label += " (simulated)"
+        versions = [f"anydevice {first.anydevice.version}", f"torch {first.env.torch or '?'}"]
+        if first.plugin.vendor_package:
+            versions.append(f"{first.plugin.vendor_package} {first.plugin.vendor_version or '?'}")
+        versions += [f"{k} {v}" for k, v in sorted(first.env.runtimes.items()) if k != first.plugin.vendor_package]
+        columns.append(Column(f"c{n}", label, " · ".join(versions), groups[key]))
+    return columns
+
+
+def _ordered_shims(shims: set[str]) -> list[str]:
+    return [s for s in SHIMS if s in shims] + sorted(shims - set(SHIMS))
+
+
+def _rows(runs: list[LoadedRun]) -> list[Row]:
+    first_seen: dict[str, Row] = {}
+    for loaded in runs:
+        for result in loaded.run.results:
+            first_seen.setdefault(result.probe, Row(result.probe, result.shim, result.description))
+    order = _ordered_shims({r.shim for r in first_seen.values()})
+    position = {name: i for i, name in enumerate(first_seen)}
+    return sorted(first_seen.values(), key=lambda r: (order.index(r.shim), position[r.probe]))
+
+
+def diff_runs(old: LoadedRun, new: LoadedRun) -> Diff:
+    """Changes from ``old`` to ``new`` (probes missing from one side count as untested)."""
+    diff = Diff(new.device, old, new)
+    before = {r.probe: r.status for r in old.run.results}
+    after = {r.probe: r.status for r in new.run.results}
+    for probe in sorted(set(before) | set(after)):
+        a, b = before.get(probe, Status.UNTESTED), after.get(probe, Status.UNTESTED)
+        if a is b:
+            continue
+        change = Change(probe, a, b)
+        if a in WORKING and b in BROKEN:
+            diff.broken.append(change)
+        elif a in BROKEN and b in WORKING:
+            diff.fixed.append(change)
+        else:
+            diff.changed.append(change)
+    return diff
+
+
+def _diffs(runs: list[LoadedRun]) -> list[Diff]:
+    by_device: dict[str, list[LoadedRun]] = {}
+    for loaded in runs:
+        by_device.setdefault(loaded.device, []).append(loaded)
+    diffs = []
+    for device in sorted(by_device):
+        history = by_device[device]
+        diffs += [diff_runs(a, b) for a, b in itertools.pairwise(history)]
+    return diffs

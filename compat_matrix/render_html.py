@@ -1,0 +1,419 @@
+"""The matrix as one self-contained HTML page: inline CSS and JS, no network, every text escaped."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+from anydevice.compat_matrix.merge import Cell, Column, Diff, LoadedRun, Matrix
+from anydevice.compat_matrix.runner import reproduce_command
+from anydevice.compat_matrix.schema import ProbeResult, Status
+from anydevice.compat_matrix.symbols import DISAGREE_SYMBOL, LABEL, SYMBOL
+
+LOG_EXCERPT = 1500
+
+MEANING = {
+    Status.PASS: "ran on the device and matched the CPU reference",
+    Status.FALLBACK: "correct, but some ops ran on the CPU instead of the device",
+    Status.PARTIAL: "works only in part (the evidence says which part)",
+    Status.FAIL: "failed; the evidence names the stage: import, place, compile, execute or compare",
+    Status.SKIP: "does not apply here (the reason says why)",
+    Status.HARNESS_ERROR: "the probe harness or the anydevice API was at fault, not the device",
+    Status.UNTESTED: "nobody probed this (or the run was gated by a failed sanity probe)",
+    Status.FAKE: "passed against a simulated vendor module, not real hardware",
+}
+
+
+def e(text: object) -> str:
+    """Escape for HTML text and attribute values."""
+    return escape(str(text), quote=True)
+
+
+def render_html(matrix: Matrix) -> str:
+    """The whole page."""
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>anydevice compatibility matrix</title>",
+        f"<style>{_CSS}</style></head><body>",
+        _header(matrix),
+        _notices(matrix),
+        _legend(),
+        _filters(matrix),
+        _table(matrix),
+        _runs(matrix),
+        _diff_section(matrix),
+        f'<script type="application/json" id="matrix-data">{_json_for_script(_data(matrix))}</script>',
+        f"<script>{_JS}</script>",
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _header(matrix: Matrix) -> str:
+    dates = sorted(r.date for r in matrix.runs)
+    span = f", results dated {e(dates[0])} to {e(dates[-1])}" if dates else ""
+    return (
+        "<header><h1>anydevice compatibility matrix</h1>"
+        f"<p>Generated only from probe runs: {len(matrix.runs)} run(s) in {len(matrix.columns)} column(s), "
+        f"{len(matrix.rows)} probes{span}. Each cell shows a symbol and its status in words; "
+        "open a cell for its evidence. A column is one device, chip and set of versions.</p></header>"
+    )
+
+
+def _notices(matrix: Matrix) -> str:
+    items = [f'<li class="problem">Result file not used: {e(p)}</li>' for p in matrix.problems]
+    for loaded in matrix.runs:
+        health = loaded.run.health
+        if not health.device_available:
+            items.append(
+                f'<li class="unavailable">Run <a href="#{_run_anchor(loaded)}">{e(loaded.source)}</a>: '
+                f"the device was not available, so its probes were skipped: {e(health.note or '')}</li>"
+            )
+        elif not health.sanity_passed:
+            items.append(
+                f'<li class="unhealthy">Run <a href="#{_run_anchor(loaded)}">{e(loaded.source)}</a> is UNHEALTHY: '
+                f"the sanity probe failed, so its other probes are shown as untested, not failed. {e(health.note or '')}</li>"
+            )
+    if not items:
+        return '<section id="notices" hidden></section>'
+    return f'<section id="notices" role="alert"><h2>Notices</h2><ul>{"".join(items)}</ul></section>'
+
+
+def _legend() -> str:
+    items = "".join(
+        f'<li><span class="badge st-{s.value}"><span class="sym" aria-hidden="true">{SYMBOL[s]}</span> {e(LABEL[s])}</span> '
+        f"{e(MEANING[s])}</li>"
+        for s in Status
+    )
+    items += (
+        f'<li><span class="badge st-disagree"><span class="sym" aria-hidden="true">{DISAGREE_SYMBOL}</span> disagree</span> '
+        "runs in this column saw different statuses; the evidence lists each</li>"
+    )
+    return f'<section id="legend"><h2>Legend</h2><ul class="legend">{items}</ul></section>'
+
+
+def _filters(matrix: Matrix) -> str:
+    shims = "".join(f'<option value="{e(s)}">{e(s)}</option>' for s in matrix.shims)
+    statuses = "".join(f'<option value="{s.value}">{e(LABEL[s])}</option>' for s in Status)
+    return (
+        '<section id="filters" aria-label="Filters">'
+        f'<label>Shim <select id="filter-shim"><option value="all">all</option>{shims}</select></label> '
+        f'<label>Status <select id="filter-status"><option value="all">any</option>{statuses}'
+        '<option value="disagree">disagree</option></select></label> '
+        f'<output id="filter-count">{len(matrix.rows)} of {len(matrix.rows)} probes shown</output></section>'
+    )
+
+
+def _table(matrix: Matrix) -> str:
+    head = "".join(_column_head(c) for c in matrix.columns)
+    body = []
+    for row in matrix.rows:
+        cells = [matrix.cell(row.probe, c) for c in matrix.columns]
+        statuses = sorted({_cell_key(c) for c in cells})
+        body.append(
+            f'<tr id="probe-{e(row.probe)}" data-shim="{e(row.shim)}" data-statuses="{e(" ".join(statuses))}">'
+            f'<th scope="row"><code>{e(row.probe)}</code><div class="desc">{e(row.description)}</div></th>'
+            f'<td class="shim">{e(row.shim)}</td>'
+            + "".join(_cell(row.probe, column, cell) for column, cell in zip(matrix.columns, cells, strict=True))
+            + "</tr>"
+        )
+    if not matrix.columns:
+        return '<p id="empty">No valid result files: nothing to show.</p>'
+    return (
+        '<div class="scroll"><table id="matrix"><thead><tr><th scope="col">Probe</th><th scope="col">Shim</th>'
+        f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _column_head(column: Column) -> str:
+    runs = ", ".join(f'<a href="#{_run_anchor(r)}">{e(r.date[:10])}</a>' for r in column.runs)
+    flags = ""
+    if any(not r.run.health.device_available for r in column.runs):
+        flags += '<div class="flag unavailable">device not available</div>'
+    if any(r.run.health.device_available and not r.run.health.sanity_passed for r in column.runs):
+        flags += '<div class="flag unhealthy">unhealthy run: sanity failed</div>'
+    return (
+        f'<th scope="col" id="col-{column.id}" class="col"><div class="label">{e(column.label)}</div>'
+        f'<div class="versions">{e(column.versions)}</div><div class="runs">{len(column.runs)} run(s): {runs}</div>{flags}</th>'
+    )
+
+
+def _cell_key(cell: Cell) -> str:
+    status = cell.status
+    return "disagree" if status is None else status.value
+
+
+def _cell(probe: str, column: Column, cell: Cell) -> str:
+    status = cell.status
+    if status is None:
+        counts = ", ".join(f"{LABEL[s]} ×{n}" for s, n in cell.counts())
+        summary = f'<span class="sym" aria-hidden="true">{DISAGREE_SYMBOL}</span> disagree: {e(counts)}'
+    else:
+        summary = f'<span class="sym" aria-hidden="true">{SYMBOL[status]}</span> {e(LABEL[status])}'
+        stages = sorted({r.failure_stage.value for _, r in cell.entries if r.failure_stage is not None})
+        if stages:
+            summary += f" at {e('/'.join(stages))}"
+    claims = [r for _, r in cell.entries if r.expected is not None and r.expected is not r.status]
+    if claims:
+        summary += (
+            ' <span class="claim" title="differs from what the plugin claims">(claimed '
+            + e(LABEL[claims[0].expected or Status.UNTESTED])
+            + ")</span>"
+        )
+    if not cell.entries:
+        evidence = f"<p>Nobody ran <code>{e(probe)}</code> on this column.</p>"
+    else:
+        evidence = "".join(_evidence(probe, loaded, result) for loaded, result in cell.entries)
+    return (
+        f'<td class="cell st-{_cell_key(cell)}" data-status="{_cell_key(cell)}" headers="col-{column.id}">'
+        f'<details><summary>{summary}</summary><div class="evidence">{evidence}</div></details></td>'
+    )
+
+
+def _evidence(probe: str, loaded: LoadedRun, result: ProbeResult) -> str:
+    run = loaded.run
+    rows: list[tuple[str, str]] = [
+        ("status", LABEL[result.status] + (f" at {result.failure_stage.value}" if result.failure_stage else ""))
+    ]
+    for name, value in (
+        ("reason", result.reason),
+        ("message", result.message),
+        ("exception", result.exception_type),
+    ):
+        if value:
+            rows.append((name, value))
+    if result.numerics is not None:
+        n = result.numerics
+        rows.append(
+            (
+                "numerics",
+                f"max abs err {n.max_abs_err:.3g} (atol {n.atol}, rtol {n.rtol}) vs {n.reference}"
+                if n.max_abs_err is not None
+                else f"vs {n.reference}",
+            )
+        )
+    if result.fallback_ops:
+        rows.append(("CPU fallback ops", ", ".join(result.fallback_ops)))
+    if result.params:
+        rows.append(("params", ", ".join(f"{k}={v}" for k, v in sorted(result.params.items()))))
+    rows += [
+        ("duration", f"{result.duration_s:.3f} s"),
+        ("date", loaded.date),
+        ("run", f"{loaded.source} ({run.run_id})"),
+        ("environment", _env_line(loaded)),
+    ]
+    table = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
+    command = reproduce_command(run.invocation.ANYDEVICE or run.plugin.name, ["--only", probe])
+    log = result.log[-LOG_EXCERPT:] if result.log else ""
+    log_html = f'<pre class="log">{e(log)}</pre>' if log else '<p class="nolog">(no log output)</p>'
+    return (
+        f'<div class="entry"><table class="kv">{table}</table>'
+        f'<p>Reproduce: <code class="cmd">{e(command)}</code></p>{log_html}</div>'
+    )
+
+
+def _env_line(loaded: LoadedRun) -> str:
+    run = loaded.run
+    parts = [
+        f"anydevice {run.anydevice.version}" + (f" ({run.anydevice.git_sha})" if run.anydevice.git_sha else ""),
+        f"torch {run.env.torch or '?'}",
+    ]
+    if run.plugin.vendor_package:
+        parts.append(f"{run.plugin.vendor_package} {run.plugin.vendor_version or '?'}")
+    parts += [f"{k} {v}" for k, v in sorted(run.env.runtimes.items())]
+    hw = run.hardware
+    parts += [
+        f"chip {hw.chip or 'unknown'} x{hw.device_count}" + (" (simulated)" if hw.simulated else ""),
+        f"python {run.env.python}",
+        run.env.os,
+    ]
+    return " · ".join(parts)
+
+
+def _run_anchor(loaded: LoadedRun) -> str:
+    return "run-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in loaded.key)
+
+
+def _runs(matrix: Matrix) -> str:
+    rows = []
+    for loaded in matrix.runs:
+        run = loaded.run
+        health = "healthy" if loaded.healthy else ("device not available" if not run.health.device_available else "UNHEALTHY")
+        counts: dict[Status, int] = {}
+        for result in run.results:
+            counts[result.status] = counts.get(result.status, 0) + 1
+        summary = ", ".join(f"{SYMBOL[s]} {LABEL[s]} {counts[s]}" for s in Status if s in counts)
+        rows.append(
+            f'<tr id="{_run_anchor(loaded)}"><td>{e(loaded.source)}</td><td><code>{e(run.run_id)}</code></td>'
+            f"<td>{e(loaded.device)}</td><td>{e(loaded.date)}</td><td>{e(health)}</td><td>{e(summary)}</td>"
+            f'<td>{e(_env_line(loaded))}</td><td><code class="cmd">{e(run.invocation.command)}</code></td></tr>'
+        )
+    return (
+        '<section id="runs"><h2>Runs</h2><div class="scroll"><table class="runs"><thead><tr><th>file</th><th>run</th>'
+        "<th>device</th><th>started (UTC)</th><th>health</th><th>results</th><th>environment</th><th>command</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
+    )
+
+
+def _diff_section(matrix: Matrix) -> str:
+    options = "".join(f'<option value="{e(r.key)}">{e(r.device)} — {e(r.date)} ({e(r.source)})</option>' for r in matrix.runs)
+    default = matrix.diffs[-1] if matrix.diffs else None
+    body = _diff_body(default) if default else "<p>No device has two runs yet: nothing to compare.</p>"
+    a = e(default.old.key) if default else ""
+    b = e(default.new.key) if default else ""
+    return (
+        '<section id="diff"><h2>Diff between two runs of the same device</h2>'
+        f'<label>Older <select id="diff-a" data-default="{a}">{options}</select></label> '
+        f'<label>Newer <select id="diff-b" data-default="{b}">{options}</select></label>'
+        f'<div id="diff-result" aria-live="polite">{body}</div></section>'
+    )
+
+
+def _diff_body(diff: Diff) -> str:
+    def block(title: str, cls: str, changes: list[Any]) -> str:
+        items = "".join(
+            f"<li><code>{e(c.probe)}</code>: {SYMBOL[c.old]} {e(LABEL[c.old])} → {SYMBOL[c.new]} {e(LABEL[c.new])}</li>"
+            for c in changes
+        )
+        return f'<h3 class="{cls}">{e(title)} ({len(changes)})</h3>' + (f"<ul>{items}</ul>" if items else "<p>none</p>")
+
+    return (
+        f"<p>{e(diff.device)}: {e(diff.old.date)} ({e(diff.old.source)}) → {e(diff.new.date)} ({e(diff.new.source)})</p>"
+        + block("Newly broken", "broken", diff.broken)
+        + block("Newly working", "fixed", diff.fixed)
+        + block("Other changes", "changed", diff.changed)
+    )
+
+
+def _data(matrix: Matrix) -> dict[str, Any]:
+    return {
+        "labels": {s.value: LABEL[s] for s in Status},
+        "symbols": {s.value: SYMBOL[s] for s in Status},
+        "runs": [
+            {
+                "key": r.key,
+                "device": r.device,
+                "date": r.date,
+                "source": r.source,
+                "statuses": {res.probe: res.status.value for res in r.run.results},
+            }
+            for r in matrix.runs
+        ],
+    }
+
+
+def _json_for_script(data: object) -> str:
+    text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+_CSS = """
+:root{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;font-size:14px;color:#1a1a1a;background:#fff}
+body{margin:1rem 1.5rem}h1{font-size:1.6rem}h2{font-size:1.2rem;margin-top:2rem}
+.scroll{overflow-x:auto}table{border-collapse:collapse}
+#matrix th,#matrix td{border:1px solid #ccc;padding:.3rem .45rem;vertical-align:top;text-align:left}
+#matrix thead th{position:sticky;top:0;background:#f4f4f4;z-index:1}
+th.col{min-width:11rem}.versions,.runs,.desc{font-weight:normal;font-size:.8rem;color:#444}
+.flag{font-size:.8rem;font-weight:bold;margin-top:.2rem}.flag.unhealthy::before,.flag.unavailable::before{content:"⚠ "}
+td.shim{font-size:.8rem;color:#444}
+summary{cursor:pointer;white-space:nowrap}.sym{display:inline-block;width:1.1em;text-align:center;font-weight:bold}
+.evidence{max-width:42rem;white-space:normal;margin-top:.3rem}
+.entry{border-top:1px dashed #999;padding-top:.3rem;margin-top:.3rem}
+table.kv th{font-weight:600;padding-right:.5rem;vertical-align:top;white-space:nowrap}table.kv td{word-break:break-word}
+pre.log{max-height:14rem;overflow:auto;background:#f7f7f7;border:1px solid #ddd;padding:.4rem;font-size:.75rem;
+  white-space:pre-wrap;word-break:break-all}
+code.cmd{background:#eef;padding:0 .2rem;word-break:break-all}
+.badge{display:inline-block;min-width:12rem;padding:.1rem .3rem;border-radius:.2rem}
+ul.legend{list-style:none;padding:0}ul.legend li{margin:.15rem 0}
+.st-pass{background:#e3f5e1}.st-pass_cpu_fallback{background:#f3f7d4}.st-partial{background:#fff1cc}
+.st-fail{background:#fbdcdc}.st-skip{background:#efefef}.st-harness_error{background:#f6dff6}
+.st-untested{background:#fff}.st-fake{background:#e4ecfb}.st-disagree{background:#ffe4c4}
+#notices{border:2px solid #b00;padding:.3rem 1rem;margin:1rem 0}#notices li.problem::before{content:"✘ "}
+#filters{margin:1rem 0;display:flex;gap:1rem;align-items:center;flex-wrap:wrap}
+table.runs td,table.runs th{border:1px solid #ccc;padding:.25rem .4rem;font-size:.85rem;vertical-align:top}
+h3.broken::before{content:"✘ "}h3.fixed::before{content:"✔ "}h3.changed::before{content:"• "}
+tr[hidden]{display:none}
+"""
+
+_JS = """
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("matrix-data").textContent);
+  var shim = document.getElementById("filter-shim");
+  var status = document.getElementById("filter-status");
+  var count = document.getElementById("filter-count");
+  var rows = Array.prototype.slice.call(document.querySelectorAll("#matrix tbody tr"));
+  function applyFilters() {
+    var shown = 0;
+    rows.forEach(function (tr) {
+      var okShim = shim.value === "all" || tr.getAttribute("data-shim") === shim.value;
+      var okStatus = status.value === "all" || tr.getAttribute("data-statuses").split(" ").indexOf(status.value) >= 0;
+      tr.hidden = !(okShim && okStatus);
+      if (!tr.hidden) { shown += 1; }
+    });
+    count.textContent = shown + " of " + rows.length + " probes shown";
+  }
+  if (shim && status) {
+    shim.addEventListener("change", applyFilters);
+    status.addEventListener("change", applyFilters);
+  }
+  var byKey = {};
+  data.runs.forEach(function (run) { byKey[run.key] = run; });
+  var selA = document.getElementById("diff-a");
+  var selB = document.getElementById("diff-b");
+  var out = document.getElementById("diff-result");
+  var working = ["pass", "pass_cpu_fallback", "fake"];
+  var broken = ["fail", "harness_error", "partial"];
+  function el(tag, text, cls) {
+    var node = document.createElement(tag);
+    if (text !== undefined) { node.textContent = text; }
+    if (cls) { node.className = cls; }
+    return node;
+  }
+  function label(s) { return data.symbols[s] + " " + data.labels[s]; }
+  function renderDiff() {
+    var a = byKey[selA.value], b = byKey[selB.value];
+    out.textContent = "";
+    if (!a || !b) { out.appendChild(el("p", "Pick two runs.")); return; }
+    if (a.device !== b.device) {
+      out.appendChild(el("p", "These runs are of different devices (" + a.device + " / " + b.device +
+        "): pick two runs of the same device."));
+      return;
+    }
+    out.appendChild(el("p", a.device + ": " + a.date + " (" + a.source + ") \\u2192 " + b.date + " (" + b.source + ")"));
+    var probes = {};
+    Object.keys(a.statuses).forEach(function (p) { probes[p] = true; });
+    Object.keys(b.statuses).forEach(function (p) { probes[p] = true; });
+    var groups = {broken: [], fixed: [], changed: []};
+    Object.keys(probes).sort().forEach(function (p) {
+      var x = a.statuses[p] || "untested", y = b.statuses[p] || "untested";
+      if (x === y) { return; }
+      var kind = working.indexOf(x) >= 0 && broken.indexOf(y) >= 0 ? "broken"
+        : (broken.indexOf(x) >= 0 && working.indexOf(y) >= 0 ? "fixed" : "changed");
+      groups[kind].push([p, x, y]);
+    });
+    [["Newly broken", "broken"], ["Newly working", "fixed"], ["Other changes", "changed"]].forEach(function (g) {
+      var items = groups[g[1]];
+      out.appendChild(el("h3", g[0] + " (" + items.length + ")", g[1]));
+      if (!items.length) { out.appendChild(el("p", "none")); return; }
+      var ul = el("ul");
+      items.forEach(function (c) {
+        var li = el("li");
+        li.appendChild(el("code", c[0]));
+        li.appendChild(document.createTextNode(": " + label(c[1]) + " \\u2192 " + label(c[2])));
+        ul.appendChild(li);
+      });
+      out.appendChild(ul);
+    });
+  }
+  if (selA && selB) {
+    if (selA.getAttribute("data-default")) { selA.value = selA.getAttribute("data-default"); }
+    if (selB.getAttribute("data-default")) { selB.value = selB.getAttribute("data-default"); }
+    selA.addEventListener("change", renderDiff);
+    selB.addEventListener("change", renderDiff);
+  }
+})();
+"""

@@ -1,0 +1,340 @@
+"""Run the probe suite in worker subprocesses and assemble the :class:`Run`.
+
+Probes run in batches in one worker; a probe that crashes the worker or outlives its time limit
+is recorded as failed and a fresh worker picks up the remaining probes. The runner itself never
+imports torch, so it survives whatever a vendor stack does.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import queue
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+from anydevice.compat_matrix import catalog, protocol
+from anydevice.compat_matrix.probe import Probe
+from anydevice.compat_matrix.progress import Progress
+from anydevice.compat_matrix.schema import (
+    MAX_LOG,
+    MAX_MESSAGE,
+    SCHEMA_VERSION,
+    AnydeviceInfo,
+    EnvInfo,
+    Hardware,
+    Health,
+    Invocation,
+    PluginInfo,
+    ProbeResult,
+    Run,
+    Stage,
+    Status,
+    bounded,
+    dump_run,
+)
+
+SETUP_TIMEOUT_MIN = 180.0
+MAX_WORKER_STARTS_WITHOUT_PROGRESS = 2
+_OK = (Status.PASS, Status.FALLBACK, Status.FAKE)
+
+
+@dataclass
+class _State:
+    """What the runner learned from its workers so far."""
+
+    env: dict[str, Any] = field(default_factory=dict)
+    backend: dict[str, Any] | None = None
+    results: dict[str, ProbeResult] = field(default_factory=dict)
+    setup_error: dict[str, Any] | None = None
+    gated: str | None = None
+    notices: list[str] = field(default_factory=list)
+
+
+def run_probes(
+    out: Path | None,
+    *,
+    only: str | None = None,
+    timeout: float = 120.0,
+    seed: int = 0,
+    simulated: bool | None = None,
+    argv: Sequence[str] = (),
+    progress: Progress | None = None,
+    python: str = sys.executable,
+) -> Run:
+    """Run the probes (``only``: see :func:`catalog.matches`) on the selected device; write ``out``.
+
+    :param timeout: seconds one probe may take before its worker is killed.
+    :param simulated: force (or deny) "fake" results; None reads the plugin's declaration.
+    """
+    started = datetime.now(timezone.utc)
+    clock = time.perf_counter()
+    problems: list[str] = []
+    probes = catalog.select(catalog.all_probes(problems), only)
+    progress = progress or Progress(len(probes))
+    state = _State(notices=list(problems))
+    pending = [p.name for p in probes]
+    starts_without_progress = 0
+    while pending and state.setup_error is None and state.gated is None:
+        done_before = len(state.results)
+        _run_worker(pending, state, probes, timeout, seed, simulated, progress, python)
+        pending = [p.name for p in probes if p.name not in state.results]
+        starts_without_progress = 0 if len(state.results) > done_before else starts_without_progress + 1
+        if pending and starts_without_progress >= MAX_WORKER_STARTS_WITHOUT_PROGRESS:
+            state.notices.append("the probe worker failed to start twice; remaining probes not run")
+            break
+        if pending and state.setup_error is None and state.gated is None:
+            progress.note(f"respawning the probe worker for {len(pending)} remaining probes")
+    run = _assemble(state, probes, started, argv, seed, simulated)
+    if out is not None:
+        dump_run(run, out)
+    progress.summary(run, time.perf_counter() - clock, str(out) if out else None)
+    return run
+
+
+def _run_worker(
+    names: list[str],
+    state: _State,
+    probes: list[Probe],
+    timeout: float,
+    seed: int,
+    simulated: bool | None,
+    progress: Progress,
+    python: str,
+) -> None:
+    """One worker over ``names``; returns when it finishes, crashes or is killed for a timeout."""
+    by_name = {p.name: p for p in probes}
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [python, "-m", "anydevice.compat_matrix.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(protocol.encode("request", probes=names, seed=seed, simulated=simulated)[len(protocol.MARKER) :])
+    proc.stdin.close()
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    current: str | None = None
+    stage = Stage.EXECUTE
+    stray: list[str] = []
+    deadline = time.monotonic() + max(timeout, SETUP_TIMEOUT_MIN)
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                _kill(proc)
+                if current is not None:
+                    _lost(
+                        state, by_name[current], stage, "Timeout", f"timed out after {timeout:g}s; worker killed", stray, progress
+                    )
+                else:
+                    state.notices.append(f"probe worker setup timed out: {_tail(stray)}")
+                return
+            if line is None:  # EOF: the worker exited
+                code = proc.wait()
+                if current is not None:
+                    why = f"worker died with exit code {code}" + (f" ({_signal_name(-code)})" if code < 0 else "")
+                    _lost(state, by_name[current], stage, "WorkerCrash", why, stray, progress)
+                elif state.setup_error is None and state.gated is None and code != 0:
+                    state.notices.append(f"probe worker exited with code {code}: {_tail(stray)}")
+                return
+            message = protocol.decode(line)
+            if message is None:
+                stray.append(line)
+                continue
+            kind = message["type"]
+            if kind == "env":
+                state.env = state.env or message["env"]
+            elif kind == "backend":
+                state.backend = state.backend or message["backend"]
+            elif kind == "setup_error":
+                state.setup_error = message
+            elif kind == "notice":
+                state.notices.append(str(message["message"]))
+            elif kind == "missing":
+                state.notices.append(f"probe {message['probe']} is not known to the worker")
+                state.results[message["probe"]] = _synthetic(
+                    by_name[message["probe"]], Status.HARNESS_ERROR, "probe not found in the worker"
+                )
+            elif kind == "start":
+                current, stage, stray = message["probe"], Stage.EXECUTE, []
+                deadline = time.monotonic() + timeout
+            elif kind == "stage":
+                stage = Stage(message["stage"])
+            elif kind == "result":
+                result = ProbeResult.model_validate(message["result"])
+                if stray:
+                    log = result.log + "".join(f"[native] {s}" for s in stray)
+                    result = result.model_copy(update={"log": bounded(log, MAX_LOG) or ""})
+                state.results[result.probe] = result
+                progress.result(result)
+                current, stray = None, []
+                deadline = time.monotonic() + timeout
+            elif kind == "gated":
+                state.gated = str(message["reason"])
+            elif kind == "done":
+                proc.wait()
+                return
+    finally:
+        if proc.poll() is None:
+            _kill(proc)
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _tail(lines: list[str], chars: int = 500) -> str:
+    return "".join(lines)[-chars:].strip() or "no output"
+
+
+def _lost(state: _State, probe: Probe, stage: Stage, exc_type: str, why: str, stray: list[str], progress: Progress) -> None:
+    """Record a probe whose worker crashed or hung."""
+    result = ProbeResult(
+        probe=probe.name,
+        shim=probe.shim,
+        description=probe.description,
+        params=dict(probe.params),
+        status=Status.FAIL,
+        failure_stage=stage,
+        reason=f"{why} (at {stage.value})",
+        exception_type=exc_type,
+        message=bounded(why, MAX_MESSAGE),
+        log=bounded("".join(stray), MAX_LOG) or "",
+    )
+    state.results[probe.name] = result
+    progress.result(result)
+
+
+def _synthetic(probe: Probe, status: Status, reason: str, stage: Stage | None = None, message: str | None = None) -> ProbeResult:
+    return ProbeResult(
+        probe=probe.name,
+        shim=probe.shim,
+        description=probe.description,
+        params=dict(probe.params),
+        status=status,
+        failure_stage=stage,
+        reason=bounded(reason, 1000),
+        message=bounded(message, MAX_MESSAGE),
+    )
+
+
+def _assemble(
+    state: _State, probes: list[Probe], started: datetime, argv: Sequence[str], seed: int, simulated: bool | None
+) -> Run:
+    """Fill in every probe (untested / skipped where nothing ran) and describe the environment."""
+    results: list[ProbeResult] = []
+    setup = state.setup_error
+    for probe in probes:
+        if probe.name in state.results:
+            results.append(state.results[probe.name])
+        elif setup is not None:
+            message = str(setup.get("message", ""))
+            reason = "device not available: " + (message.splitlines() or [""])[0]
+            if setup.get("verdict") == "skip":
+                results.append(_synthetic(probe, Status.SKIP, reason, message=message))
+            else:
+                results.append(_synthetic(probe, Status.FAIL, "vendor stack broken: " + message[:300], Stage.IMPORT, message))
+        elif state.gated is not None:
+            results.append(_synthetic(probe, Status.UNTESTED, f"not run: {state.gated}"))
+        else:
+            results.append(
+                _synthetic(probe, Status.HARNESS_ERROR, "not run: " + (state.notices[-1] if state.notices else "worker stopped"))
+            )
+    backend = state.backend or {}
+    env = state.env
+    requested = env.get("ANYDEVICE") or os.environ.get("ANYDEVICE")
+    sanity = state.results.get(catalog.SANITY_NAME)
+    sanity_ok = sanity is not None and sanity.status in _OK
+    note = None
+    if setup is not None:
+        note = "device not available: " + str(setup.get("message", "")).strip()
+    elif not sanity_ok:
+        note = state.gated or ("sanity probe did not run" if sanity is None else f"sanity probe {sanity.status.value}")
+    if state.notices:
+        note = "; ".join([*(n for n in [note] if n), *state.notices])
+    versions: dict[str, str] = dict(backend.get("versions") or {})
+    versions.pop("torch", None)
+    is_fake = backend.get("simulated", False) if simulated is None else simulated
+    return Run(
+        schema_version=SCHEMA_VERSION,
+        run_id=f"{backend.get('name') or requested or 'auto'}-{started:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}",
+        started_at=started,
+        finished_at=datetime.now(timezone.utc),
+        anydevice=AnydeviceInfo(version=str(env.get("anydevice") or "unknown"), git_sha=_git_sha()),
+        plugin=PluginInfo(
+            name=str(backend.get("name") or requested or "auto"),
+            version=backend.get("plugin_version"),
+            vendor_package=backend.get("vendor_package"),
+            vendor_version=backend.get("vendor_version"),
+        ),
+        env=EnvInfo(
+            python=str(env.get("python") or platform.python_version()),
+            torch=env.get("torch"),
+            os=str(env.get("os") or platform.platform(terse=True)),
+            runtimes=versions,
+        ),
+        hardware=Hardware(
+            device_type=str(backend.get("device_type") or requested or "unknown"),
+            chip=backend.get("chip"),
+            device_count=int(backend.get("count") or 0),
+            memory_bytes=backend.get("memory_bytes"),
+            simulated=bool(is_fake),
+        ),
+        invocation=Invocation(argv=list(argv), ANYDEVICE=requested, seed=seed, command=reproduce_command(requested, argv)),
+        health=Health(sanity_passed=sanity_ok, device_available=setup is None, note=bounded(note, MAX_MESSAGE)),
+        results=results,
+    )
+
+
+def reproduce_command(anydevice_env: str | None, argv: Sequence[str]) -> str:
+    """The one-line shell command that reruns a probe invocation."""
+    prefix = f"ANYDEVICE={shlex.quote(anydevice_env)} " if anydevice_env else ""
+    return prefix + shlex.join(["anydevice", "matrix", "probe", *argv])
+
+
+def _git_sha() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = done.stdout.strip()
+    return sha if done.returncode == 0 and sha else None
