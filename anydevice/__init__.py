@@ -15,7 +15,7 @@ from anydevice import distributed, errors
 from anydevice.api import (
     autocast,
     backend,
-    compile,
+    compile,  # noqa: A004 - mirrors torch.compile
     data_loader,
     device,
     load,

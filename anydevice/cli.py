@@ -37,7 +37,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from anydevice.registry import get_registry
 
     registry = get_registry()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in registry.names():
         entry, det = registry.get(name), registry.detect(name)
         rows.append(

@@ -10,13 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib import metadata
 from types import ModuleType
 
 import pluggy
 
 from anydevice import hookspecs, settings
-from anydevice.device_spec import DeviceSpec, Detection
+from anydevice.device_spec import Detection, DeviceSpec
 
 ENTRY_POINT_GROUP = "anydevice"
 
@@ -74,6 +73,8 @@ class Registry:
         if self._explicit is not None:
             yield from self._explicit
             return
+        from importlib import metadata  # imported here: it costs ~25 ms and `import anydevice` stays cheap
+
         allowed = settings.allowed_plugins()
         seen: set[str] = set()
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):

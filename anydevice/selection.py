@@ -69,7 +69,9 @@ def parse(text: str) -> Request:
     """Parse a selection string; raise :class:`SelectionError` with the fix when malformed."""
     raw = text.strip().lower()
     if not raw:
-        raise SelectionError("The device selection is empty.", "Set ANYDEVICE to a device name, a list such as 'tpu,cuda,cpu', or 'auto'.")
+        raise SelectionError(
+            "The device selection is empty.", "Set ANYDEVICE to a device name, a list such as 'tpu,cuda,cpu', or 'auto'."
+        )
     if raw == AUTO:
         return Request(raw)
     items: list[Item] = []

@@ -40,8 +40,7 @@ ANYDEVICE: Final = Setting(
 )
 ANYDEVICE_PLUGINS: Final = Setting(
     "ANYDEVICE_PLUGINS",
-    "Comma list of plugin (entry-point) names to load; every other installed plugin is ignored. "
-    "Unset: load all.",
+    "Comma list of plugin (entry-point) names to load; every other installed plugin is ignored. Unset: load all.",
 )
 ANYDEVICE_QUIET: Final = Setting(
     "ANYDEVICE_QUIET",
@@ -60,7 +59,9 @@ ANYDEVICE_KEEP_AUTOLOAD: Final = Setting(
     "Set to 1 to let `anydevice run` and the CLI keep torch's backend autoload (which imports "
     "torch_tpu, TorchNeuron) even when the selected device does not need it.",
 )
-LOCAL_RANK: Final = Setting("LOCAL_RANK", "Set by launchers (torchrun): the rank on this node; picks the device index.", owner="torchrun")
+LOCAL_RANK: Final = Setting(
+    "LOCAL_RANK", "Set by launchers (torchrun): the rank on this node; picks the device index.", owner="torchrun"
+)
 RANK: Final = Setting("RANK", "Set by launchers: the global rank.", owner="torchrun")
 WORLD_SIZE: Final = Setting("WORLD_SIZE", "Set by launchers: the number of processes.", owner="torchrun")
 LOCAL_WORLD_SIZE: Final = Setting("LOCAL_WORLD_SIZE", "Set by launchers: processes on this node.", owner="torchrun")
@@ -77,6 +78,42 @@ TORCH_DEVICE_BACKEND_AUTOLOAD: Final = Setting(
     "torch's out-of-tree backend autoload (`0` disables it). `anydevice run` and the CLI set it to 0 "
     "when the selected device does not need an autoloaded backend (so torch_tpu is not imported).",
     owner="torch",
+)
+
+CUDA_VISIBLE_DEVICES: Final = Setting(
+    "CUDA_VISIBLE_DEVICES",
+    "Which NVIDIA/AMD GPUs the process sees; `\"\"` or `-1` hides every GPU. `anydevice doctor` reports it.",
+    owner="CUDA",
+)
+NEURON_RT_VISIBLE_CORES: Final = Setting(
+    "NEURON_RT_VISIBLE_CORES",
+    "Which NeuronCores the Neuron runtime uses (`0`, `0-3`, `0,2`); launchers set it per rank. "
+    "`anydevice doctor` checks its syntax and that it agrees with NEURON_RT_NUM_CORES.",
+    owner="Neuron runtime",
+)
+NEURON_RT_NUM_CORES: Final = Setting(
+    "NEURON_RT_NUM_CORES",
+    "How many NeuronCores the Neuron runtime takes; must match NEURON_RT_VISIBLE_CORES when both are set.",
+    owner="Neuron runtime",
+)
+CXX: Final = Setting(
+    "CXX",
+    "The C++ compiler torch.compile's inductor backend uses on CPU (default `g++`; `clang++` on macOS). "
+    "`anydevice doctor` checks that it runs.",
+    owner="torch inductor",
+)
+
+TORCH_NEURONX_NEFF_CACHE_DIR: Final = Setting(
+    "TORCH_NEURONX_NEFF_CACHE_DIR",
+    "Where native TorchNeuron (torch-neuronx 2.14+) caches compiled NEFFs; anydevice sets it under "
+    "ANYDEVICE_CACHE_DIR (`neuron-neff/`) when unset.",
+    owner="torch-neuronx",
+)
+NEURON_CC_FLAGS: Final = Setting(
+    "NEURON_CC_FLAGS",
+    "Flags for neuronx-cc on XLA-based torch-neuronx (< 2.14); anydevice appends `--cache_dir=` under "
+    "ANYDEVICE_CACHE_DIR (`neuron-cc/`) unless the flags already name one.",
+    owner="torch-neuronx",
 )
 
 ALL: Final[tuple[Setting, ...]] = tuple(v for v in globals().values() if isinstance(v, Setting))

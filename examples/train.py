@@ -154,7 +154,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     step_fn = ad.compile(model) if args.compile else model
 
     tokens_per_step = args.batch_size * args.seq_len * world
-    flops_per_token = ad.transformer_training_flops_per_token(core.non_embedding_params(), args.layers, args.d_model, args.seq_len)
+    flops_per_token = ad.transformer_training_flops_per_token(
+        core.non_embedding_params(), args.layers, args.d_model, args.seq_len
+    )
     meter = ad.StepMeter(flops_per_step=flops_per_token * tokens_per_step, tokens_per_step=tokens_per_step, warmup=1)
 
     loader = ad.data_loader(batches(args, rank, world))

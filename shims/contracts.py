@@ -122,6 +122,13 @@ class Profiling(Protocol):
     def chip(self) -> str | None:
         """The chip's marketing name (``H100``, ``TPU v5e``), or None."""
 
+    def record(self, name: str) -> AbstractContextManager[None]:
+        """Annotate the enclosed region by ``name`` in this vendor's trace (``ad.record``).
+
+        Eager devices use ``torch.profiler.record_function`` (``shims.torch_profiler.record``);
+        lazy XLA devices use ``torch_xla.debug.profiler.Trace``. Cheap when no trace runs.
+        """
+
 
 @dataclass
 class Shims:

@@ -61,13 +61,13 @@ def pci_devices(vendor_id: str, root: str = "/sys/bus/pci/devices") -> list[tupl
     return found
 
 
-def iommu_group_has_vfio(pci_dir: Path) -> bool:
+def iommu_group_has_vfio(pci_dir: Path, vfio_root: str = "/dev/vfio") -> bool:
     """True when the PCI device's IOMMU group has a ``/dev/vfio/<group>`` node."""
     try:
         group = os.path.basename(os.readlink(pci_dir / "iommu_group"))
     except OSError:
         return False
-    return os.path.exists(f"/dev/vfio/{group}")
+    return os.path.exists(os.path.join(vfio_root, group))
 
 
 def torch_build() -> dict[str, str | None]:

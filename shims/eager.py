@@ -21,7 +21,7 @@ import torch
 
 from anydevice import settings
 from anydevice.errors import UnsupportedFeatureError
-from anydevice.shims import parallel
+from anydevice.shims import parallel, torch_profiler
 from anydevice.shims.common import Prefetcher, local_rank, portable_save
 from anydevice.shims.contracts import MemoryStats, Shims, TraceSession
 from anydevice.shims.torch_profiler import torch_profiler_trace
@@ -50,6 +50,10 @@ class EagerVendor:
     memory_stats: Callable[[int], Mapping[str, int]] | None = None
     no_memory_stats_reason: str = "this device's runtime reports no allocator statistics"
     versions: Callable[[], dict[str, str]] = lambda: {}
+    launch_env: Callable[[int, int], Mapping[str, str]] | None = None
+    """Extra variables a launcher sets for ``(local_rank, local_world_size)`` (e.g. Neuron's visible cores)."""
+    profiler_viewer: str | None = None
+    """How to open the vendor's trace files, when not Perfetto (e.g. TensorBoard / XProf)."""
 
 
 def _accelerator_matches(device_type: str) -> bool:
@@ -162,7 +166,8 @@ class EagerCompilation:
             os.environ[env] = str(self.cache_dir())  # the backend reads it at first compile
         kwargs = {**self.vendor.compile_defaults, **options}
         kwargs.setdefault("backend", self.backend)
-        return torch.compile(model, **kwargs)  # type: ignore[no-any-return]
+        compiled: T = torch.compile(model, **kwargs)  # type: ignore[call-overload]
+        return compiled
 
 
 class EagerCollectives:
@@ -178,7 +183,8 @@ class EagerCollectives:
 
     def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
         env = self.vendor.visible_devices_env
-        return {env: str(local_rank)} if env else {}
+        extra = self.vendor.launch_env(local_rank, local_world_size) if self.vendor.launch_env else {}
+        return {**({env: str(local_rank)} if env else {}), **extra}
 
     def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
         if strategy == "ddp":
@@ -200,12 +206,15 @@ class EagerProfiling:
 
     def trace(self, directory: Path, **options: Any) -> AbstractContextManager[TraceSession]:
         config = self.vendor.profiler_config(Path(directory)) if self.vendor.profiler_config else None
-        return torch_profiler_trace(
-            Path(directory), self.vendor.profiler_activities, experimental_config=config, **options
-        )
+        if self.vendor.profiler_viewer:
+            options.setdefault("viewer", self.vendor.profiler_viewer)
+        return torch_profiler_trace(Path(directory), self.vendor.profiler_activities, experimental_config=config, **options)
 
     def chip(self) -> str | None:
         return self.vendor.chip()
+
+    def record(self, name: str) -> AbstractContextManager[None]:
+        return torch_profiler.record(name)
 
     def peak_flops(self, dtype: torch.dtype) -> float | None:
         if dtype not in (torch.bfloat16, torch.float16):

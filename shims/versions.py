@@ -29,6 +29,10 @@ class PairCheck:
     fix: str | None = None
 
 
+def _mm(version: str) -> str:
+    return ".".join(map(str, major_minor(version)))
+
+
 def _release(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version.split("+", 1)[0])[:3])
 
@@ -42,7 +46,13 @@ def _satisfies(version: str, spec: str) -> bool:
         width = max(len(have), len(want))
         h, w = have + (0,) * (width - len(have)), want + (0,) * (width - len(want))
         ok = {
-            None: h == w, "==": h == w, "!=": h != w, "<=": h <= w, ">=": h >= w, "<": h < w, ">": h > w,
+            None: h == w,
+            "==": h == w,
+            "!=": h != w,
+            "<=": h <= w,
+            ">=": h >= w,
+            "<": h < w,
+            ">": h > w,
             "~=": h >= w and h[: len(want) - 1] == want[: len(want) - 1],
         }[op]
         if not ok:
@@ -63,28 +73,48 @@ def torch_requirement(distribution: str) -> str | None:
     return None
 
 
-def check_pair(package: str) -> PairCheck | None:
-    """Compare ``package`` with the installed torch; None when the package is not installed."""
+def check_pair(package: str, rule: str | None = None) -> PairCheck | None:
+    """Compare ``package`` with the installed torch; None when the package is not installed.
+
+    ``rule`` (``"lockstep"`` or ``"requires_dist"``) overrides the package's default rule, for
+    packages whose versioning changed (native TorchNeuron declares its torch range; XLA-based
+    torch-neuronx is in lockstep).
+    """
     pkg_version = version_of(package)
     if pkg_version is None:
         return None
     tv = torch_version()
     if tv is None:
-        return PairCheck(package, pkg_version, "not installed", False, "torch is not installed", f"pip install torch for {package} {pkg_version}")
-    if package in LOCKSTEP:
+        return PairCheck(
+            package,
+            pkg_version,
+            "not installed",
+            False,
+            "torch is not installed",
+            f"pip install torch for {package} {pkg_version}",
+        )
+    if (rule or ("lockstep" if package in LOCKSTEP else "requires_dist")) == "lockstep":
         want = ".".join(map(str, major_minor(pkg_version)))
         if major_minor(pkg_version) == major_minor(tv):
             return PairCheck(package, pkg_version, tv, True, f"{package} {pkg_version} pairs with torch {tv}")
         return PairCheck(
-            package, pkg_version, tv, False,
+            package,
+            pkg_version,
+            tv,
+            False,
             f"{package} {pkg_version} needs torch {want}.x but torch {tv} is installed",
-            f"pip install torch=={want}.* {package}=={pkg_version}  (or a {package} built for torch {'.'.join(map(str, major_minor(tv)))})",
+            f"pip install torch=={want}.* {package}=={pkg_version}  (or the {package} built for torch {_mm(tv)})",
         )
     spec = torch_requirement(package)
     if spec is None or _satisfies(tv, spec):
-        return PairCheck(package, pkg_version, tv, True, f"{package} {pkg_version} accepts torch {tv}" + (f" ({spec})" if spec else ""))
+        return PairCheck(
+            package, pkg_version, tv, True, f"{package} {pkg_version} accepts torch {tv}" + (f" ({spec})" if spec else "")
+        )
     return PairCheck(
-        package, pkg_version, tv, False,
+        package,
+        pkg_version,
+        tv,
+        False,
         f"{package} {pkg_version} needs torch{spec} but torch {tv} is installed",
         f'pip install "torch{spec}"',
     )

@@ -1,0 +1,198 @@
+"""The public API on cpu, for real."""
+
+from __future__ import annotations
+
+import json
+from collections import namedtuple
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+import anydevice as ad
+from anydevice.errors import UnknownDeviceError
+from anydevice.shims.contracts import Collectives, Compilation, MemoryStats, Placement, Profiling
+
+
+def test_backend_describes_the_selection() -> None:
+    b = ad.use("cpu")
+    assert (b.name, b.plugin, b.device_type, b.count) == ("cpu", "cpu", "cpu", 1)
+    assert b.versions["torch"] == torch.__version__
+    d = b.as_dict()
+    assert d["device"] == "cpu" and d["compile_backend"] == "inductor" and d["dist_backend"] == "gloo"
+    assert ad.backend() is b
+
+
+def test_cpu_shims_satisfy_the_contracts() -> None:
+    shims = ad.use("cpu").shims
+    assert isinstance(shims.placement, Placement)
+    assert isinstance(shims.compilation, Compilation)
+    assert isinstance(shims.collectives, Collectives)
+    assert isinstance(shims.profiling, Profiling)
+
+
+def test_use_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANYDEVICE", "tpuu")  # would fail if read
+    assert ad.use("cpu").name == "cpu"
+    assert ad.device() == torch.device("cpu")
+
+
+def test_environment_wins_over_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANYDEVICE", "tpuu")
+    with pytest.raises(UnknownDeviceError):
+        ad.device()
+
+
+def test_use_with_a_bad_name_keeps_the_previous_selection() -> None:
+    ad.use("cpu")
+    with pytest.raises(UnknownDeviceError):
+        ad.use("cpux")
+    assert ad.backend().name == "cpu"
+
+
+Pair = namedtuple("Pair", "a b")
+
+
+@dataclass
+class Batch:
+    x: torch.Tensor
+    label: str
+
+
+def test_to_moves_nested_containers_and_keeps_other_leaves() -> None:
+    ad.use("cpu")
+    obj = {"t": torch.ones(2), "l": [torch.zeros(1), 3], "p": Pair(torch.ones(1), "s"), "d": Batch(torch.ones(1), "y")}
+    moved = ad.to(obj)
+    assert moved["t"].device.type == "cpu" and moved["l"][1] == 3
+    assert isinstance(moved["p"], Pair) and moved["p"].b == "s"
+    assert isinstance(moved["d"], Batch) and moved["d"].label == "y"
+    module = ad.to(torch.nn.Linear(2, 2))
+    assert next(module.parameters()).device == ad.device()
+
+
+def test_manual_seed_makes_runs_repeatable() -> None:
+    ad.use("cpu")
+    ad.manual_seed(123)
+    a = torch.randn(4)
+    ad.manual_seed(123)
+    assert torch.equal(a, torch.randn(4))
+
+
+def test_autocast_uses_bf16_on_cpu() -> None:
+    ad.use("cpu")
+    with ad.autocast():
+        out = torch.nn.functional.linear(torch.randn(2, 4), torch.randn(3, 4))
+    assert out.dtype == torch.bfloat16
+    with ad.autocast(enabled=False):
+        assert torch.nn.functional.linear(torch.randn(2, 4), torch.randn(3, 4)).dtype == torch.float32
+
+
+def test_step_and_synchronize_are_safe_on_eager_devices() -> None:
+    ad.use("cpu")
+    ad.step()
+    ad.synchronize()
+
+
+def test_step_calls_listeners() -> None:
+    from anydevice.api import add_step_listener
+
+    ad.use("cpu")
+    calls: list[int] = []
+    remove = add_step_listener(lambda: calls.append(1))
+    ad.step()
+    ad.step()
+    remove()
+    ad.step()
+    assert calls == [1, 1]
+
+
+def test_memory_stats_on_cpu_is_empty_with_a_reason() -> None:
+    ad.use("cpu")
+    stats = ad.memory_stats()
+    assert isinstance(stats, MemoryStats) and dict(stats) == {}
+    assert stats.reason and "cpu" in stats.reason
+
+
+def test_data_loader_prefetches_every_batch_in_order() -> None:
+    ad.use("cpu")
+    data = torch.arange(10.0).reshape(5, 2)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data), batch_size=2)
+    wrapped = ad.data_loader(loader)
+    batches = [b[0] for b in wrapped]
+    assert len(wrapped) == 3  # type: ignore[arg-type]
+    assert torch.equal(torch.cat(batches), data)
+    assert all(b.device == ad.device() for b in batches)
+    assert list(ad.data_loader([])) == []
+
+
+def test_save_and_load_roundtrip(tmp_path: Path) -> None:
+    ad.use("cpu")
+    state = {"w": torch.randn(3, 3), "step": 7, "nested": [torch.arange(4)]}
+    ad.save(state, tmp_path / "ckpt" / "state.pt")
+    loaded = ad.load(tmp_path / "ckpt" / "state.pt")
+    assert torch.equal(loaded["w"], state["w"]) and loaded["step"] == 7 and torch.equal(loaded["nested"][0], torch.arange(4))
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["state.pt"]  # no temporary files left
+
+
+def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+    ad.use("cpu")
+    path = tmp_path / "state.pt"
+    ad.save({"v": torch.ones(2)}, path)
+
+    class Unpicklable:
+        def __reduce__(self) -> object:
+            raise RuntimeError("crash mid-write")
+
+    with pytest.raises(RuntimeError, match="crash mid-write"):
+        ad.save({"v": torch.zeros(2), "bad": Unpicklable()}, path)
+    assert torch.equal(ad.load(path)["v"], torch.ones(2))
+    assert [p.name for p in tmp_path.iterdir()] == ["state.pt"]
+
+
+def test_compile_uses_inductor_and_matches_eager() -> None:
+    ad.use("cpu")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    compiled = ad.compile(model)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(compiled(x), model(x))
+    assert ad.backend().shims.compilation.cache_dir() is not None
+
+
+def test_profile_writes_a_chrome_trace_with_annotations(tmp_path: Path) -> None:
+    ad.use("cpu")
+    with ad.profile(tmp_path / "trace") as session:
+        with ad.record("my_region"):
+            torch.randn(64, 64) @ torch.randn(64, 64)
+    assert session.files and all(f.exists() for f in session.files)
+    trace = json.loads(session.files[0].read_text())
+    assert any(e.get("name") == "my_region" for e in trace["traceEvents"])
+    assert "Perfetto" in session.viewer
+
+
+def test_step_meter_on_cpu_has_no_mfu_and_says_why() -> None:
+    ad.use("cpu")
+    meter = ad.StepMeter(flops_per_step=1e9, tokens_per_step=100)
+    for _ in range(3):
+        torch.randn(32, 32) @ torch.randn(32, 32)
+        meter.step()
+    report = meter.report()
+    assert report.timed_steps == 2 and report.tokens_per_s and report.tokens_per_s > 0
+    assert report.mfu is None and "unknown" in report.mfu_note.lower()
+
+
+def test_transformer_flops_helper() -> None:
+    assert ad.transformer_training_flops_per_token(1000, 2, 16, 8) == 6 * 1000 + 12 * 2 * 16 * 8
+
+
+def test_distributed_single_process_does_the_obvious_thing() -> None:
+    ad.use("cpu")
+    dist = ad.distributed
+    assert (dist.rank(), dist.world_size(), dist.local_rank(), dist.is_main()) == (0, 1, 0, True)
+    t = torch.tensor([3.0])
+    assert dist.all_reduce(t).item() == 3.0
+    assert dist.all_gather(torch.tensor([1.0, 2.0])).tolist() == [[1.0, 2.0]]
+    assert dist.broadcast(torch.tensor([5.0])).item() == 5.0
+    dist.barrier()
+    dist.shutdown()
+    assert not dist.is_initialized()

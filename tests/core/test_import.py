@@ -1,0 +1,38 @@
+"""``import anydevice`` stays cheap: no torch, no vendor library, no side effects."""
+
+from __future__ import annotations
+
+import json
+
+from tests.utils import python
+
+HEAVY = ("torch", "torch_xla", "torch_tpu", "torch_neuronx", "numpy", "pydantic")
+
+
+def _imported_after(code: str, env: dict[str, str] | None = None) -> list[str]:
+    probe = f"import json, sys\n{code}\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    proc = python("-c", probe, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_import_anydevice_imports_no_torch_and_no_vendor_module() -> None:
+    loaded = _imported_after("import anydevice")
+    assert not set(HEAVY) & set(loaded), set(HEAVY) & set(loaded)
+
+
+def test_listing_plugins_imports_no_vendor_module() -> None:
+    code = "from anydevice.registry import get_registry\nr = get_registry()\n[r.detect(n) for n in r.names()]"
+    loaded = _imported_after(code, env={"ANYDEVICE_PLUGINS": "cpu,tpu,neuron,xla,mps"})
+    assert not {"torch", "torch_xla", "torch_tpu", "torch_neuronx"} & set(loaded)
+
+
+def test_selecting_cpu_imports_no_vendor_module() -> None:
+    loaded = _imported_after("import anydevice as ad\nad.device()", env={"ANYDEVICE": "cpu"})
+    assert "torch" in loaded
+    assert not {"torch_xla", "torch_tpu", "torch_neuronx"} & set(loaded)
+
+
+def test_import_has_no_side_effects_on_the_environment() -> None:
+    code = "import os\nbefore = dict(os.environ)\nimport anydevice\nassert dict(os.environ) == before"
+    assert python("-c", code).returncode == 0

@@ -1,0 +1,41 @@
+"""A complete third-party anydevice plugin: the ``toy`` device.
+
+It computes on the host CPU but declares its own name, alias, chip and peak FLOP/s, so the
+tests (and docs/plugins.md) can show discovery, selection and MFU end to end without hardware.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.hookspecs import hookimpl
+from anydevice.shims.contracts import Shims
+
+CHIP = "ToyChip-1"
+PEAK_TFLOPS = {CHIP: 1.0}  # dense bf16 TFLOP/s: a made-up chip with a round number
+
+
+def detect() -> Detection:
+    return Detection.ok("the toy device runs on the host CPU", count=1, chip=CHIP)
+
+
+def load() -> Shims:
+    from anydevice.shims.eager import EagerVendor, eager_shims
+
+    return eager_shims(EagerVendor(device_type="cpu", chip=lambda: CHIP, peak_tflops=PEAK_TFLOPS))
+
+
+@hookimpl
+def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
+    register(
+        DeviceSpec(
+            name="toy",
+            aliases=("toydevice",),
+            detect=detect,
+            load=load,
+            priority=-5,  # below cpu: installing it never changes what `auto` picks
+            vendor_package="anydevice-toydevice",
+            description="test plugin: a CPU-backed device with a known peak",
+        )
+    )
