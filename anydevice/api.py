@@ -5,12 +5,14 @@ Each one asks the selected backend's shims; torch is imported only when one is c
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from anydevice.backend import Backend, current
+from anydevice.errors import UnsupportedFeatureError
 
 if TYPE_CHECKING:
     import torch
@@ -95,27 +97,66 @@ def add_step_listener(listener: Callable[[], None]) -> Callable[[], None]:
     return lambda: _step_listeners.remove(listener) if listener in _step_listeners else None
 
 
+_active_profile: TraceSession | None = None
+
+
 @contextmanager
 def profile(directory: str | Path, **options: Any) -> Iterator[TraceSession]:
     """Trace the enclosed code with the device's profiler into ``directory``.
 
-    Options: ``wait``/``warmup``/``active`` steps (a schedule advanced by :func:`step`),
-    ``record_shapes``, ``with_stack``. The yielded session's ``files`` lists what was written
-    and ``viewer`` names the tool that opens them.
+    Options: ``active`` steps to record, after ``wait`` skipped and ``warmup`` discarded steps
+    (a schedule advanced by :func:`step`; without ``active`` the whole block is recorded),
+    ``record_shapes``, ``with_stack``, ``profile_memory``. On exit the session's ``files`` lists
+    what was written, ``viewer`` the tool that opens them and ``tool`` the profiler used; one
+    line on stderr says the same (``ANYDEVICE_QUIET=1`` silences it). One trace at a time.
     """
+    global _active_profile
+    if _active_profile is not None:
+        raise UnsupportedFeatureError(
+            f"A profile is already being recorded into {_active_profile.directory}.",
+            "Vendors' profilers record one trace at a time: end the running `ad.profile` block first.",
+        )
+    steps = 0
+
+    def count() -> None:
+        nonlocal steps
+        steps += 1
+
     trace = current().shims.profiling.trace(Path(directory), **options)
     with trace as session:
-        remove = add_step_listener(session.step)
+        _active_profile = session
+        remove_step, remove_count = add_step_listener(session.step), add_step_listener(count)
         try:
             yield session
         finally:
-            remove()
+            remove_step(), remove_count()
+            _active_profile = None
+    _report_profile(session, steps, options)
+
+
+def _report_profile(session: TraceSession, steps: int, options: dict[str, Any]) -> None:
+    from anydevice import settings
+
+    if settings.ANYDEVICE_QUIET.flag():
+        return
+    if session.files:
+        line = f"{len(session.files)} file(s) in {session.directory} from {session.tool}; open with {session.viewer}"
+    else:
+        needed = sum(int(options.get(k) or 0) for k in ("wait", "warmup", "active"))
+        line = f"no trace written to {session.directory}"
+        if needed:
+            line += f": the schedule needs {needed} ad.step() calls, the block made {steps}"
+    sys.stderr.write(f"anydevice: profile: {line}\n")
 
 
 @contextmanager
 def record(name: str) -> Iterator[None]:
-    """Annotate a region so it shows by ``name`` in the device's trace."""
-    import torch
+    """Annotate a region so it shows by ``name`` in the device's trace (every vendor's profiler)."""
+    profiling = current().shims.profiling
+    recorder: Callable[[str], AbstractContextManager[None]] | None = getattr(profiling, "record", None)
+    if recorder is None:  # a plugin written before Profiling.record existed: torch.profiler's annotation
+        from anydevice.shims.torch_profiler import record as torch_record
 
-    with torch.profiler.record_function(name):
+        recorder = torch_record
+    with recorder(name):
         yield

@@ -54,4 +54,15 @@ def apply(env: MutableMapping[str, str] | None = None, selection: str | None = N
     if needs_autoload(request):
         return False
     target[settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name] = "0"
+    if env is None:
+        global _applied_here
+        _applied_here = True
     return True
+
+
+_applied_here = False
+
+
+def applied_here() -> bool:
+    """True when :func:`apply` turned autoload off in this process's environment (the user had not set it)."""
+    return _applied_here

@@ -1,7 +1,10 @@
 """A trace session over ``torch.profiler`` for eager devices (cpu, cuda, xpu, mps, native tpu/neuron).
 
-Writes Chrome-trace JSON (opens in Perfetto or chrome://tracing). With ``wait``/``warmup``/``active``
-the profiler follows a schedule advanced by ``ad.step()``; without them it records the whole block.
+Writes Chrome-trace JSON (opens in Perfetto or chrome://tracing). A vendor's
+``experimental_config`` (TorchTPU's ``TpuProfilerConfig``, Neuron's ``NeuronConfig``) may write
+more files (``.xplane.pb``, ``.ntff``); they are listed too, with the tool that opens them.
+With ``active`` (and optionally ``wait``/``warmup``) the profiler follows a schedule advanced
+by ``ad.step()``; without it the whole block is recorded.
 """
 
 from __future__ import annotations
@@ -9,18 +12,31 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch.profiler import ProfilerActivity, profile, schedule
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from anydevice.shims.common import global_rank
 from anydevice.shims.contracts import TraceSession
 
 PERFETTO = "Perfetto (https://ui.perfetto.dev) or chrome://tracing"
+TRACE_SUFFIX = ".pt.trace.json"
+# file suffix -> the tool that opens it
+VIEWERS: dict[str, str] = {
+    ".trace.json": PERFETTO,
+    ".trace.json.gz": PERFETTO,
+    ".xplane.pb": "TensorBoard with tensorboard-plugin-profile, or XProf (xprof --logdir DIR)",
+    ".ntff": "Neuron Profiler (neuron-profile view)",
+}
+
+
+def viewers_for(files: Iterable[Path], default: str = PERFETTO) -> str:
+    """The tools that open ``files``, joined by '; ' (``default`` when none is recognised)."""
+    found = [viewer for suffix, viewer in VIEWERS.items() if any(f.name.endswith(suffix) for f in files)]
+    return "; ".join(dict.fromkeys(found)) or default
 
 
 class TorchProfilerSession(TraceSession):
@@ -48,22 +64,27 @@ def torch_profiler_trace(
     viewer: str = PERFETTO,
     tool: str = "torch.profiler",
     wait: int | None = None,
-    warmup: int = 0,
+    warmup: int | None = None,
     active: int | None = None,
     record_shapes: bool = False,
     with_stack: bool = False,
     profile_memory: bool = False,
 ) -> Iterator[TraceSession]:
     """Profile the enclosed block into ``directory``; yields the session whose ``files`` fill in on exit."""
+    if active is None and (wait or warmup):
+        raise ValueError("A profiler schedule needs active=N (the steps to record) besides wait/warmup.")
+    if active is not None and active < 1:
+        raise ValueError(f"active must be at least 1, not {active}.")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     session = TorchProfilerSession(directory=directory, viewer=viewer, tool=tool)
-    stem = f"{socket.gethostname()}.rank{global_rank()}.pid{os.getpid()}.{time.time_ns()}"
+    started_ns = time.time_ns()
+    stem = f"{socket.gethostname()}.rank{global_rank()}.pid{os.getpid()}.{started_ns}"
     exports = 0
 
     def export(prof: Any) -> None:
         nonlocal exports
-        path = directory / f"{stem}.{exports}.pt.trace.json"
+        path = directory / f"{stem}.{exports}{TRACE_SUFFIX}"
         exports += 1
         prof.export_chrome_trace(str(path))
         session.files.append(path)
@@ -78,7 +99,7 @@ def torch_profiler_trace(
     if experimental_config is not None:
         kwargs["experimental_config"] = experimental_config
     if scheduled:
-        kwargs["schedule"] = schedule(wait=wait or 0, warmup=warmup, active=active or 1, repeat=1)
+        kwargs["schedule"] = schedule(wait=wait or 0, warmup=warmup or 0, active=active or 1, repeat=1)
         kwargs["on_trace_ready"] = export
     with profile(**kwargs) as prof:
         session.prof = prof
@@ -88,11 +109,28 @@ def torch_profiler_trace(
             session.prof = None
     if not scheduled:
         export(prof)
-    existing = {p.resolve() for p in session.files}
-    for extra in sorted(directory.rglob("*")):  # vendor configs may write more (xplane, ntff)
-        if extra.is_file() and extra.resolve() not in existing and extra.stat().st_mtime_ns >= _start_ns(stem):
-            session.files.append(extra)
+    session.files.extend(_vendor_files(directory, session.files, started_ns))
+    session.viewer = viewers_for(session.files, viewer)
 
 
-def _start_ns(stem: str) -> int:
-    return int(stem.rsplit(".", 1)[-1])
+def _vendor_files(directory: Path, ours: list[Path], started_ns: int) -> list[Path]:
+    """Files a vendor's ``experimental_config`` wrote during the session (TPU ``.xplane.pb``, Neuron ``.ntff``).
+
+    Chrome traces of other processes sharing the directory (other ranks) are not ours to list.
+    """
+    known = {p.resolve() for p in ours}
+    return [
+        extra
+        for extra in sorted(directory.rglob("*"))
+        if extra.is_file()
+        and extra.resolve() not in known
+        and not extra.name.endswith(TRACE_SUFFIX)
+        and extra.stat().st_mtime_ns >= started_ns
+    ]
+
+
+@contextmanager
+def record(name: str) -> Iterator[None]:
+    """Annotate a region by ``name`` in the running ``torch.profiler`` trace (cheap when none runs)."""
+    with record_function(name):
+        yield

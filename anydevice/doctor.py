@@ -1,0 +1,387 @@
+"""``anydevice doctor``: check the environment, one line per check, a fix for each problem.
+
+    anydevice doctor [--json] [--strict] [--measure-imports]
+
+Checks: torch and each vendor package's version pairing (read from metadata, before anything is
+imported), installed plugins and their detection, what ``ANYDEVICE`` selects, conflicting
+settings (``PJRT_DEVICE``, ``CUDA_VISIBLE_DEVICES``, ``TORCH_DEVICE_BACKEND_AUTOLOAD``,
+``NEURON_RT_VISIBLE_CORES``), the import cost of autoloaded backends nobody selected, a C++
+compiler for inductor, and free disk for the compile caches. Neither torch nor a vendor library
+is imported (``--measure-imports`` times ``import torch`` in child processes).
+
+Exit status: 0 when healthy (warnings allowed unless ``--strict``), 1 when a check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from anydevice import autoload, settings
+from anydevice.errors import AnyDeviceError
+from anydevice.progress import Progress
+from anydevice.registry import Registry, get_registry
+from anydevice.selection import parse, resolve
+from anydevice.shims import detect, versions
+
+Status = Literal["ok", "info", "warn", "fail"]
+MARK: dict[Status, str] = {"ok": "ok  ", "info": "--  ", "warn": "WARN", "fail": "FAIL"}
+PAIRED_PACKAGES = ("torch_xla", "torch_tpu", "torch-neuronx")
+MIN_FREE_GIB, LOW_FREE_GIB = 1.0, 5.0
+# PJRT_DEVICE values that agree with a device anydevice provides without torch_xla's `xla` device
+PJRT_FOR = {"cpu": ("CPU",), "cuda": ("CUDA", "GPU"), "tpu": ("TPU",), "neuron": ("NEURON",)}
+NEURON_CORES = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: what was checked, how it went, and the fix when it did not."""
+
+    name: str
+    status: Status
+    message: str
+    fix: str | None = None
+
+
+@dataclass
+class Context:
+    """What the checks share: the registry, the user's selection and what it resolves to."""
+
+    registry: Registry
+    requested: str
+    requested_names: list[str]
+    selected: str | None = None
+
+
+# -- versions -------------------------------------------------------------------------------
+def check_torch(ctx: Context) -> list[Check]:
+    build = detect.torch_build()
+    if not build:
+        return [Check("torch", "fail", "torch is not installed", "pip install torch")]
+    kind = next((f"{k.upper()} {v}" for k, v in build.items() if k != "version" and v), "CPU")
+    return [Check("torch", "ok", f"torch {build.get('version')} ({kind} build)")]
+
+
+def check_pairs(ctx: Context) -> list[Check]:
+    found = [(package, versions.check_pair(package)) for package in PAIRED_PACKAGES]
+    checks = [
+        Check(package, "ok" if pair.ok else "fail", pair.reason, None if pair.ok else pair.fix)
+        for package, pair in found
+        if pair is not None
+    ]
+    return checks or [Check("vendor packages", "info", f"none of {', '.join(PAIRED_PACKAGES)} is installed")]
+
+
+# -- plugins and selection ------------------------------------------------------------------
+def check_plugins(ctx: Context) -> list[Check]:
+    registry = ctx.registry
+    checks = [
+        Check(
+            f"plugin {failure.plugin}",
+            "fail",
+            f"failed at {failure.stage}: {failure.error}",
+            f"fix or uninstall the package that provides plugin '{failure.plugin}', "
+            f"or load only the plugins you need with ANYDEVICE_PLUGINS=name,name",
+        )
+        for failure in registry.failures
+    ]
+    for name in registry.names():
+        entry, found = registry.get(name), registry.detect(name)
+        label = f"device {name}"
+        source = f" [plugin {entry.plugin}" + (f" from {entry.distribution}" if entry.distribution else "") + "]"
+        if found.available:
+            chip = f", chip {found.chip}" if found.chip else ""
+            checks.append(Check(label, "ok", f"available: {found.reason}{chip}{source}"))
+        else:  # absent hardware or package is normal; a mismatch of a paired package is reported above
+            problem = found.problem in ("plugin_error", "hardware_without_package") or (
+                found.problem == "version_mismatch" and entry.spec.vendor_package not in PAIRED_PACKAGES
+            )
+            checks.append(Check(label, "fail" if problem else "info", f"not available: {found.reason}{source}", found.fix))
+    return checks
+
+
+def check_selection(ctx: Context) -> list[Check]:
+    try:
+        choice = resolve(ctx.requested, ctx.registry)
+    except AnyDeviceError as exc:
+        return [Check("selection", "fail", f"ANYDEVICE={ctx.requested}: {exc.message}", exc.hint)]
+    ctx.selected = choice.name
+    how = "the available device with the highest priority" if ctx.requested == "auto" else choice.why.split(" (", 1)[0]
+    return [Check("selection", "ok", f"ANYDEVICE={ctx.requested} selects {choice.name} ({how})")]
+
+
+# -- settings -------------------------------------------------------------------------------
+def check_pjrt_device(ctx: Context) -> list[Check]:
+    value = (settings.PJRT_DEVICE.get() or "").upper()
+    if not value:
+        return []
+    names = ctx.requested_names or ([ctx.selected] if ctx.selected else [])
+    for name in names:
+        if name == "xla":
+            return [Check("PJRT_DEVICE", "ok", f"PJRT_DEVICE={value} picks the runtime of the xla device")]
+        if name in PJRT_FOR and value not in PJRT_FOR[name]:
+            return [
+                Check(
+                    "PJRT_DEVICE",
+                    "fail",
+                    f"PJRT_DEVICE={value} asks torch_xla for {value} but ANYDEVICE={ctx.requested} selects {name}",
+                    f"unset PJRT_DEVICE, or run on {value} through torch_xla with ANYDEVICE=xla PJRT_DEVICE={value}",
+                )
+            ]
+    if not ctx.requested_names:
+        return [Check("PJRT_DEVICE", "info", f"PJRT_DEVICE={value} applies only when the xla device is selected")]
+    return [Check("PJRT_DEVICE", "ok", f"PJRT_DEVICE={value} agrees with ANYDEVICE={ctx.requested}")]
+
+
+def hides_every_gpu(value: str) -> bool:
+    """True when ``CUDA_VISIBLE_DEVICES=value`` leaves no GPU (the driver stops at the first bad entry)."""
+    first = value.split(",", 1)[0].strip()
+    return not (first.isdigit() or first.upper().startswith(("GPU-", "MIG-")))
+
+
+def check_cuda_visible(ctx: Context) -> list[Check]:
+    value = os.environ.get(settings.CUDA_VISIBLE_DEVICES.name)
+    if value is None or not hides_every_gpu(value):
+        return []
+    shown = f"CUDA_VISIBLE_DEVICES={value!r}"
+    fix = "unset CUDA_VISIBLE_DEVICES, or list the GPUs to use, e.g. CUDA_VISIBLE_DEVICES=0,1"
+    name = settings.CUDA_VISIBLE_DEVICES.name
+    if "cuda" in ctx.requested_names:
+        return [Check(name, "fail", f"{shown} hides every GPU but ANYDEVICE={ctx.requested} asks for cuda", fix)]
+    if detect.device_files("/dev/nvidia[0-9]*") or detect.device_files("/dev/kfd"):
+        return [Check(name, "warn", f"{shown} hides every GPU of this machine: auto will not pick cuda", fix)]
+    return [Check(name, "info", f"{shown} hides every GPU (this machine has none anyway)")]
+
+
+def user_autoload_value() -> str | None:
+    """``TORCH_DEVICE_BACKEND_AUTOLOAD`` as the user set it (not as the anydevice CLI set it for itself)."""
+    if autoload.applied_here():
+        return None
+    return os.environ.get(settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name)
+
+
+def check_autoload_setting(ctx: Context) -> list[Check]:
+    value = user_autoload_value()
+    name = settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name
+    if value is None:
+        return []
+    if value not in ("0", "1"):
+        fix = f"set {name}=0 (off) or {name}=1 (on)"
+        return [Check(name, "warn", f"{name}={value!r}: torch treats every value but '1' as off", fix)]
+    state = "on" if value == "1" else "off: autoloaded backends (torch_tpu, TorchNeuron) load only when anydevice selects them"
+    return [Check(name, "ok", f"{name}={value}: {state}")]
+
+
+def check_neuron_cores(ctx: Context) -> list[Check]:
+    value = settings.NEURON_RT_VISIBLE_CORES.get()
+    if value is None:
+        return []
+    name = settings.NEURON_RT_VISIBLE_CORES.name
+    if not NEURON_CORES.match(value.replace(" ", "")):
+        return [Check(name, "fail", f"{name}={value!r} is not a core list", f"write cores as 0, 0-3 or 0,2 (e.g. {name}=0-1)")]
+    count = 0
+    for part in value.replace(" ", "").split(","):
+        low, _, high = part.partition("-")
+        if high and int(high) < int(low):
+            return [Check(name, "fail", f"{name}={value!r}: the range {part} runs backwards", f"write it as {high}-{low}")]
+        count += int(high) - int(low) + 1 if high else 1
+    num = settings.NEURON_RT_NUM_CORES.get()
+    if num is not None and num != str(count):
+        return [
+            Check(
+                name, "fail",
+                f"{name}={value} names {count} core(s) but NEURON_RT_NUM_CORES={num}",
+                f"unset NEURON_RT_NUM_CORES, or set NEURON_RT_NUM_CORES={count}",
+            )
+        ]
+    scope = "" if "neuron" in ctx.requested_names or ctx.selected == "neuron" else " (applies only when neuron is selected)"
+    return [Check(name, "ok", f"{name}={value}: {count} NeuronCore(s){scope}")]
+
+
+def check_autoload_cost(ctx: Context, measure: bool = False) -> list[Check]:
+    checks = []
+    value = user_autoload_value()
+    autoload_on = value is None or value == "1"
+    for name in ctx.registry.names():
+        module = ctx.registry.get(name).spec.autoload_module
+        if module is None or not detect.installed(module):
+            continue
+        label = f"import cost {module}"
+        if not autoload_on:
+            checks.append(Check(label, "ok", f"{module} is installed; autoload is off, so `import torch` does not import it"))
+        elif ctx.selected == name or name in ctx.requested_names:
+            checks.append(Check(label, "ok", f"{module} is autoloaded by `import torch` and {name} is selected"))
+        else:
+            cost = measure_import_cost() if measure else "typically +2-3 s, and it loads its runtime"
+            checks.append(
+                Check(
+                    label, "warn",
+                    f"{module} is installed and torch's backend autoload is on: every `import torch` imports it "
+                    f"({cost}) although {ctx.selected or ctx.requested} is selected",
+                    f"export {settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name}=0 (anydevice still loads {module} when {name} is "
+                    f"selected; `anydevice run` and the CLI already do this)",
+                )
+            )
+    return checks
+
+
+def measure_import_cost(python: str = sys.executable, repeats: int = 2) -> str:
+    """``import torch`` timed in child processes with autoload on and off (best of ``repeats``)."""
+    timings: dict[str, float] = {}
+    with Progress(2 * repeats, "measuring `import torch`") as progress:
+        for state in ("1", "0"):
+            env = {**os.environ, settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name: state}
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                subprocess.run([python, "-c", "import torch"], env=env, capture_output=True, timeout=300, check=False)
+                best = min(best, time.perf_counter() - start)
+                progress.advance(f"autoload={state}")
+            timings[state] = best
+        progress.close("")
+    return f"`import torch` took {timings['1']:.1f} s with autoload, {timings['0']:.1f} s without"
+
+
+# -- toolchain and disk ---------------------------------------------------------------------
+def default_cxx() -> str:
+    """The compiler inductor uses: ``CXX``, else ``g++`` (``clang++`` on macOS, ``cl`` on Windows)."""
+    return settings.CXX.get() or {"darwin": "clang++", "win32": "cl"}.get(sys.platform, "g++")
+
+
+def check_compiler(ctx: Context) -> list[Check]:
+    cxx = default_cxx()
+    fix = "install a C++ compiler (Debian/Ubuntu: apt-get install g++; macOS: xcode-select --install) or point CXX at one"
+    path = shutil.which(cxx)
+    if path is None:
+        return [Check("C++ compiler", "fail", f"no C++ compiler '{cxx}' on PATH: torch.compile's inductor needs one", fix)]
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [Check("C++ compiler", "fail", f"{path} does not run: {exc}", fix)]
+    if done.returncode != 0:
+        return [Check("C++ compiler", "fail", f"{path} --version failed: {(done.stderr or done.stdout).strip()[:120]}", fix)]
+    first = (done.stdout or done.stderr).strip().splitlines()[0] if (done.stdout or done.stderr).strip() else path
+    return [Check("C++ compiler", "ok", f"{cxx} for inductor: {first}")]
+
+
+def check_cache_disk(ctx: Context) -> list[Check]:
+    fix_dir = f"point {settings.ANYDEVICE_CACHE_DIR.name} at a writable directory on a disk with room"
+    try:
+        directory = settings.cache_dir()
+        probe = directory / f".doctor-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        return [Check("compile cache", "fail", f"the compile cache directory is not writable: {exc}", fix_dir)]
+    return [disk_check(directory, shutil.disk_usage(directory).free)]
+
+
+def disk_check(directory: Path, free_bytes: int) -> Check:
+    """Free space under the compile cache: below 1 GiB fails, below 5 GiB warns."""
+    gib = free_bytes / 2**30
+    where = f"{gib:.1f} GiB free for compile caches in {directory}"
+    fix = f"free disk space there, or point {settings.ANYDEVICE_CACHE_DIR.name} at a disk with more room"
+    if gib < MIN_FREE_GIB:
+        return Check("compile cache", "fail", f"only {where}", fix)
+    if gib < LOW_FREE_GIB:
+        return Check("compile cache", "warn", f"only {where}: large compiled graphs may not fit", fix)
+    return Check("compile cache", "ok", where)
+
+
+# -- running --------------------------------------------------------------------------------
+CHECKS: tuple[Callable[[Context], list[Check]], ...] = (
+    check_torch,
+    check_pairs,
+    check_plugins,
+    check_selection,
+    check_pjrt_device,
+    check_cuda_visible,
+    check_autoload_setting,
+    check_neuron_cores,
+    check_compiler,
+    check_cache_disk,
+)
+
+
+def run_checks(measure_imports: bool = False, registry: Registry | None = None) -> list[Check]:
+    """Every check, in report order."""
+    requested = settings.ANYDEVICE.get() or "auto"
+    registry = registry or get_registry()
+    try:
+        names = [registry.canonical(item.name) or item.name for item in parse(requested).items]
+    except AnyDeviceError:
+        names = []
+    ctx = Context(registry, requested, names)
+    checks: list[Check] = []
+    for check in CHECKS:
+        checks.extend(check(ctx))
+        if check is check_selection:
+            checks.extend(check_autoload_cost(ctx, measure_imports))
+    settings_checked = {c.name for c in checks} & {
+        "PJRT_DEVICE", "CUDA_VISIBLE_DEVICES", settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name, "NEURON_RT_VISIBLE_CORES"
+    }
+    if not settings_checked:
+        checks.insert(
+            next(i for i, c in enumerate(checks) if c.name == "selection") + 1,
+            Check("settings", "ok", "no conflicting PJRT_DEVICE, CUDA_VISIBLE_DEVICES, TORCH_DEVICE_BACKEND_AUTOLOAD or "
+                  "NEURON_RT_VISIBLE_CORES"),
+        )
+    return checks
+
+
+def healthy(checks: Sequence[Check], strict: bool = False) -> bool:
+    """No failed check (and, with ``strict``, no warning)."""
+    bad = ("fail", "warn") if strict else ("fail",)
+    return not any(c.status in bad for c in checks)
+
+
+def render(checks: Sequence[Check], strict: bool = False) -> str:
+    """The text report: one line per check, its fix on the same line."""
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        fix = f"  -> fix: {c.fix}" if c.fix and c.status in ("warn", "fail") else ""
+        lines.append(f"{MARK[c.status]}  {c.name:<{width}}  {c.message}{fix}")
+    fails, warns = (sum(c.status == s for c in checks) for s in ("fail", "warn"))
+    if healthy(checks, strict):
+        lines.append("healthy" + (f" ({warns} warning(s))" if warns else ""))
+    else:
+        lines.append(f"{fails} problem(s), {warns} warning(s): apply the fixes above and run `anydevice doctor` again")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``anydevice doctor``."""
+    parser = argparse.ArgumentParser(prog="anydevice doctor", description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON for tools")
+    parser.add_argument("--strict", action="store_true", help="treat warnings as problems (non-zero exit)")
+    parser.add_argument("--measure-imports", action="store_true", help="time `import torch` with and without autoload")
+    args = parser.parse_args(argv)
+    checks = run_checks(measure_imports=args.measure_imports)
+    ok = healthy(checks, args.strict)
+    if args.json:
+        data: dict[str, Any] = {
+            "healthy": ok,
+            "problems": sum(c.status == "fail" for c in checks),
+            "warnings": sum(c.status == "warn" for c in checks),
+            "checks": [asdict(c) for c in checks],
+            "imported": sorted(m for m in ("torch", "torch_xla", "torch_tpu", "torch_neuronx") if m in sys.modules),
+        }
+        print(json.dumps(data, indent=2))
+    else:
+        print(render(checks, args.strict))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
