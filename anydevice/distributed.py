@@ -1,15 +1,17 @@
 """Distributed training the device's way: process groups, collectives, wrapping, meshes.
 
-Everything works in a single process without a launcher (world size 1, a local gloo/nccl/...
-group on a loopback rendezvous), so the same script runs under ``python`` and ``anydevice run``.
+Everything works in a single process without a launcher: the collectives do the obvious thing
+for a world of one without making a process group, and :func:`init`, :func:`wrap` and
+:func:`mesh` make a world-of-one group on an in-memory store (no port, no environment
+changes). The same script therefore runs under ``python``, ``anydevice run`` and Ray Train.
 """
 
 from __future__ import annotations
 
-import os
-import socket
+import math
 from typing import TYPE_CHECKING, Any
 
+from anydevice import settings
 from anydevice.backend import current
 from anydevice.errors import DistributedError
 
@@ -17,7 +19,8 @@ if TYPE_CHECKING:
     import torch
     from torch.distributed.device_mesh import DeviceMesh
 
-_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+_LAUNCH = (settings.RANK, settings.WORLD_SIZE, settings.LOCAL_RANK, settings.MASTER_ADDR, settings.MASTER_PORT)
+_NEEDED = (settings.RANK, settings.WORLD_SIZE, settings.MASTER_ADDR, settings.MASTER_PORT)
 _REDUCE_OPS = {"sum": "SUM", "avg": "AVG", "mean": "AVG", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 _owned_group = False
 
@@ -37,19 +40,12 @@ def is_initialized() -> bool:
     return bool(dist.is_available() and dist.is_initialized())
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _check_launch_env() -> bool:
-    """True when a launcher set the environment; raise when it is only half set."""
-    present = [v for v in _LAUNCH_VARS if os.environ.get(v)]
+def launched() -> bool:
+    """True when a launcher set this process's rendezvous environment; raise when it is half set."""
+    present = [s.name for s in _LAUNCH if s.get() is not None]
     if not present:
         return False
-    needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    missing = [v for v in needed if not os.environ.get(v)]
+    missing = [s.name for s in _NEEDED if s.get() is None]
     if missing:
         raise DistributedError(
             f"The launch environment is half set: {', '.join(present)} present but {', '.join(missing)} missing.",
@@ -58,36 +54,52 @@ def _check_launch_env() -> bool:
     return True
 
 
-def init(timeout_s: float | None = None) -> None:
-    """Create the process group with the device's backend; safe to call twice.
+def _int_setting(setting: settings.Setting, default: int) -> int:
+    value = setting.get()
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise DistributedError(f"{setting.name}={value!r} is not an integer.", "Fix or unset it.") from None
 
-    Adopts a group a launcher already made; binds this process to its local rank's device.
-    Without a launcher it makes a world of one on a loopback rendezvous.
+
+def init(timeout_s: float | None = None) -> None:
+    """Create the process group with the selected device's backend; safe to call twice.
+
+    Binds this process to its local rank's device; adopts a group a launcher (Ray) already made.
+    Under a launcher it rendezvouses through ``env://``; without one it makes a world of one.
+    A half-set launch environment raises :class:`~anydevice.errors.DistributedError`.
     """
     global _owned_group
     dist = _dist()
     backend = current()
-    placement = backend.shims.placement
+    collectives, placement = backend.shims.collectives, backend.shims.placement
     if placement.device_type != "cpu" and placement.device_count() > 0:
         placement.set_device(placement.device(backend.index).index or 0)
     if dist.is_initialized():
         return
-    launched = _check_launch_env()
-    if not launched:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        os.environ.setdefault("RANK", "0")
-        os.environ.setdefault("WORLD_SIZE", "1")
-        os.environ.setdefault("LOCAL_RANK", "0")
-    kwargs: dict[str, Any] = {"backend": backend.shims.collectives.backend, "init_method": backend.shims.collectives.init_method}
+    kwargs: dict[str, Any] = {"backend": collectives.backend}
     if timeout_s is not None:
         from datetime import timedelta
 
         kwargs["timeout"] = timedelta(seconds=timeout_s)
-    if kwargs["init_method"] == "env://":
-        kwargs["rank"] = int(os.environ["RANK"])
-        kwargs["world_size"] = int(os.environ["WORLD_SIZE"])
-    dist.init_process_group(**kwargs)
+    if launched():
+        kwargs["init_method"] = collectives.init_method
+        if collectives.init_method == "env://":
+            kwargs["rank"] = _int_setting(settings.RANK, 0)
+            kwargs["world_size"] = _int_setting(settings.WORLD_SIZE, 1)
+    elif collectives.init_method == "env://":
+        kwargs.update(store=dist.HashStore(), rank=0, world_size=1)  # a world of one, no port
+    else:
+        kwargs["init_method"] = collectives.init_method  # e.g. xla:// finds its own world
+    try:
+        dist.init_process_group(**kwargs)
+    except (RuntimeError, ValueError) as exc:
+        raise DistributedError(
+            f"Creating the '{collectives.backend}' process group failed: {exc}",
+            "Check that every rank was started by the same launcher and can reach MASTER_ADDR:MASTER_PORT.",
+        ) from exc
     _owned_group = True
 
 
@@ -95,19 +107,19 @@ def rank() -> int:
     """Global rank (0 without a process group or launcher)."""
     if is_initialized():
         return int(_dist().get_rank())
-    return int(os.environ.get("RANK", "0") or 0)
+    return _int_setting(settings.RANK, 0)
 
 
 def world_size() -> int:
     """Number of processes (1 without a process group or launcher)."""
     if is_initialized():
         return int(_dist().get_world_size())
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return _int_setting(settings.WORLD_SIZE, 1)
 
 
 def local_rank() -> int:
     """Rank on this node (``LOCAL_RANK``; 0 without a launcher)."""
-    return int(os.environ.get("LOCAL_RANK", "0") or 0)
+    return _int_setting(settings.LOCAL_RANK, 0)
 
 
 def is_main() -> bool:
@@ -122,34 +134,37 @@ def _op(op: str) -> Any:
         raise DistributedError(f"Unknown reduce op '{op}'.", f"Use one of: {', '.join(_REDUCE_OPS)}.") from None
 
 
-def _group_needed(what: str) -> None:
-    if not is_initialized():
-        init()
+def _alone() -> bool:
+    """True for a single process without a group: collectives are local identities."""
+    if is_initialized():
+        return False
+    if world_size() > 1:
+        init()  # launched but not initialised yet: join the group now
+        return False
+    return True
 
 
 def barrier() -> None:
-    """Wait until every rank reaches this point."""
-    _group_needed("barrier")
-    _dist().barrier()
+    """Wait until every rank reaches this point (returns at once in a single process)."""
+    if not _alone():
+        _dist().barrier()
 
 
 def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """Reduce ``tensor`` across ranks in place (``sum``, ``avg``, ``max``, ``min``, ``product``) and return it."""
-    _group_needed("all_reduce")
-    dist = _dist()
-    if op.lower() in ("avg", "mean") and current().shims.collectives.backend == "gloo":
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)  # gloo has no AVG
-        tensor.div_(dist.get_world_size())
+    reduce_op = _op(op)
+    if _alone():
         return tensor
-    dist.all_reduce(tensor, op=_op(op))
+    _dist().all_reduce(tensor, op=reduce_op)
     return tensor
 
 
 def all_gather(tensor: torch.Tensor) -> torch.Tensor:
-    """Concatenate every rank's ``tensor`` along a new leading dimension (shape ``[world, *tensor.shape]``)."""
+    """Every rank's ``tensor`` (same shape everywhere) stacked along a new leading dim: ``[world, *shape]``."""
     import torch
 
-    _group_needed("all_gather")
+    if _alone():
+        return tensor.unsqueeze(0).clone()
     parts = [torch.empty_like(tensor) for _ in range(world_size())]
     _dist().all_gather(parts, tensor.contiguous())
     return torch.stack(parts)
@@ -157,8 +172,10 @@ def all_gather(tensor: torch.Tensor) -> torch.Tensor:
 
 def broadcast(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
     """Overwrite ``tensor`` on every rank with rank ``src``'s value, and return it."""
-    _group_needed("broadcast")
-    _dist().broadcast(tensor, src=src)
+    if not 0 <= src < world_size():
+        raise DistributedError(f"broadcast src={src} is not a rank of this world (size {world_size()}).")
+    if not _alone():
+        _dist().broadcast(tensor, src=src)
     return tensor
 
 
@@ -166,36 +183,42 @@ def reduce_scatter(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """Reduce ``tensor`` across ranks and return this rank's equal slice of dim 0."""
     import torch
 
-    _group_needed("reduce_scatter")
-    dist = _dist()
+    reduce_op = _op(op)
     n = world_size()
-    if tensor.shape[0] % n:
-        raise DistributedError(f"reduce_scatter needs dim 0 ({tensor.shape[0]}) divisible by the world size ({n}).")
-    if current().shims.collectives.backend == "gloo":  # gloo has no reduce_scatter: reduce, then slice
-        full = all_reduce(tensor.clone(), op)
-        return full.chunk(n)[rank()].clone()
+    if tensor.dim() == 0 or tensor.shape[0] % n:
+        raise DistributedError(f"reduce_scatter needs dim 0 of the tensor divisible by the world size ({n}); got shape {tuple(tensor.shape)}.")
+    if _alone():
+        return tensor.clone()
+    dist = _dist()
     out = torch.empty((tensor.shape[0] // n, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
-    dist.reduce_scatter_tensor(out, tensor.contiguous(), op=_op(op))
+    single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # renamed in torch 2.13
+    single(out, tensor.contiguous(), op=reduce_op)
     return out
 
 
 def wrap(model: Any, strategy: str = "ddp", **options: Any) -> Any:
-    """Wrap ``model`` for data parallelism: ``"ddp"`` or ``"fsdp"`` (FSDP2 where supported)."""
-    _group_needed("wrap")
+    """Wrap ``model`` for data parallelism: ``"ddp"`` or ``"fsdp"`` (FSDP2 ``fully_shard`` where supported)."""
+    if strategy not in ("ddp", "fsdp"):
+        raise DistributedError(f"Unknown wrapping strategy '{strategy}'.", "Use 'ddp' or 'fsdp'.")
+    init()
     return current().shims.collectives.wrap(model, strategy, **options)
 
 
 def mesh(shape: tuple[int, ...] | int, names: tuple[str, ...] | None = None) -> DeviceMesh:
-    """A ``DeviceMesh`` of the device's mesh type over every rank."""
+    """A ``DeviceMesh`` of the device's mesh type over every rank; ``shape`` must multiply to the world size."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    _group_needed("mesh")
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    init()
+    if math.prod(dims) != world_size():
+        raise DistributedError(f"A mesh of shape {dims} needs {math.prod(dims)} ranks, but the world has {world_size()}.")
+    if names is not None and len(names) != len(dims):
+        raise DistributedError(f"The mesh has {len(dims)} dimension(s) but {len(names)} name(s) were given: {names}.")
     return init_device_mesh(current().shims.collectives.mesh_device_type, dims, mesh_dim_names=names)
 
 
 def shutdown() -> None:
-    """Destroy the process group if anydevice made it (a launcher's group is left alone)."""
+    """Destroy the process group if anydevice made it (a launcher's group, e.g. Ray's, is left alone)."""
     global _owned_group
     if is_initialized() and _owned_group:
         _dist().destroy_process_group()

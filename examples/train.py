@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
 import sys
 import time
 import zlib
@@ -109,7 +111,8 @@ def param_checksum(model: nn.Module) -> str:
     """A CRC of every parameter's bytes: equal on every rank when data-parallel training agrees."""
     crc = 0
     for p in model.parameters():
-        crc = zlib.crc32(p.detach().float().cpu().numpy().tobytes(), crc)
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p  # FSDP2 shards are DTensors: gather them
+        crc = zlib.crc32(full.detach().float().cpu().numpy().tobytes(), crc)
     return f"{crc:08x}"
 
 
@@ -130,7 +133,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", type=Path, help="save checkpoints here and resume from the latest")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="save every K steps (0: only at the end)")
     p.add_argument("--log-every", type=int, default=50)
-    return p.parse_args(argv)
+    p.add_argument("--crash-at-step", type=int, default=0, metavar="K",
+                   help="fault injection for tests: SIGKILL this process right after step K, unless it resumed from a checkpoint")
+    p.add_argument("--crash-rank", type=int, default=None, metavar="R", help="with --crash-at-step: only rank R crashes (default: every rank)")
+    args = p.parse_args(argv)
+    if args.checkpoint_dir and args.parallel == "fsdp":
+        p.error("--checkpoint-dir saves the full model from rank 0, which FSDP shards across ranks; use --parallel ddp")
+    return args
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
@@ -186,6 +195,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"step {done:5d}  loss {value:.4f}", file=sys.stderr)
             if args.checkpoint_dir and args.checkpoint_every and done % args.checkpoint_every == 0:
                 save_checkpoint(args.checkpoint_dir, done, core, optimizer)
+            if done == args.crash_at_step and resumed_from is None and args.crash_rank in (None, rank):
+                print(f"rank {rank}: injected crash after step {done}", file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)  # a real, unclean death: no cleanup, no final checkpoint
     finally:
         if profiler is not None:
             profiler.__exit__(None, None, None)

@@ -1,0 +1,251 @@
+"""``anydevice run``: launch N processes of a script the selected device's way.
+
+    anydevice run [-n N] [--nnodes M --node-rank R --rdzv-endpoint HOST:PORT] [--max-restarts K] script.py [args...]
+
+The parent resolves ``ANYDEVICE`` by cheap detection (no unselected vendor package is imported:
+torch's backend autoload is turned off for the children where the selection does not need it),
+loads the selected plugin's shims and hands a :class:`LaunchSpec` to its launcher:
+
+* the Collectives shim may define ``launch(spec) -> int``: it then launches everything itself
+  (e.g. TorchTPU: ``set_tpu_launch_env`` in the parent, then :func:`spawn`);
+* otherwise ``collectives.launcher`` names an entry of :data:`LAUNCHERS`: ``"torchrun"`` (torch
+  elastic, one fresh interpreter per rank) or ``"spawn"`` (torch elastic, ranks started by
+  multiprocessing spawn). :func:`register_launcher` adds more.
+
+Both built-in launchers run on torch elastic (``torch.distributed.launcher.api``): a failing rank
+stops the others at once, the run exits non-zero and shows that rank's traceback, and
+``--max-restarts`` restarts the whole group (``TORCHELASTIC_RESTART_COUNT`` counts attempts).
+Every child gets ``ANYDEVICE`` set to the device the parent resolved, plus the shim's
+``launch_env(local_rank, local_world_size)`` (e.g. ``NEURON_RT_VISIBLE_CORES``) set before
+its interpreter imports anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anydevice import autoload, settings
+from anydevice.errors import DistributedError
+
+_RANK_FLAG = "--as-rank"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything a launcher needs: what to run, how many ranks, rendezvous and environments."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    max_restarts: int = 0
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Set in every child (``ANYDEVICE``, ``TORCH_DEVICE_BACKEND_AUTOLOAD``, ...)."""
+    rank_env: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    """Extra variables per local rank, from the Collectives shim's ``launch_env``."""
+
+
+Launcher = Callable[[LaunchSpec], int]
+
+
+def _rendezvous(spec: LaunchSpec) -> tuple[str, str, dict[str, Any], str | None]:
+    """(backend, endpoint, configs, local_addr) for torch elastic."""
+    if spec.nnodes == 1 and not spec.rdzv_endpoint:
+        return "c10d", "127.0.0.1:0", {}, "127.0.0.1"  # what torchrun --standalone does, on loopback
+    if not spec.rdzv_endpoint:
+        raise DistributedError(
+            f"--nnodes {spec.nnodes} needs --rdzv-endpoint HOST:PORT (a host every node can reach).",
+            "Pass the same --rdzv-endpoint on every node, e.g. --rdzv-endpoint node0:29400.",
+        )
+    if spec.node_rank is not None:
+        return "static", spec.rdzv_endpoint, {"rank": spec.node_rank}, None
+    return "c10d", spec.rdzv_endpoint, {}, None
+
+
+def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Sequence[Any], start_method: str) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    backend, endpoint, configs, local_addr = _rendezvous(spec)
+    config = LaunchConfig(
+        min_nodes=spec.nnodes,
+        max_nodes=spec.nnodes,
+        nproc_per_node=spec.nproc_per_node,
+        run_id=spec.run_id,
+        rdzv_backend=backend,
+        rdzv_endpoint=endpoint,
+        rdzv_configs=configs,
+        max_restarts=spec.max_restarts,
+        start_method=start_method,
+        local_addr=local_addr,
+    )
+    with _environment(spec.env):
+        try:
+            elastic_launch(config, entrypoint)(*args)
+        except ChildFailedError as exc:
+            rank, failure = exc.get_first_failure()
+            sys.stderr.write(exc.format_msg() + "\n")
+            sys.stderr.write(f"anydevice run: rank {rank} failed (exit code {failure.exitcode}); the run was stopped.\n")
+            return failure.exitcode if failure.exitcode > 0 else 1
+        except RendezvousError as exc:
+            raise DistributedError(
+                f"The ranks could not meet at the rendezvous {endpoint}: {exc}",
+                "Check --rdzv-endpoint, --nnodes and that every node runs the same command.",
+            ) from exc
+    return 0
+
+
+def torchrun(spec: LaunchSpec) -> int:
+    """torch elastic (torchrun's engine): each rank is a fresh interpreter running the script."""
+    args = ["-m", "anydevice.launch", _RANK_FLAG, json.dumps({str(k): dict(v) for k, v in spec.rank_env.items()})]
+    return _elastic(spec, sys.executable, [*args, "--", spec.script, *spec.script_args], "spawn")
+
+
+def spawn(spec: LaunchSpec) -> int:
+    """torch elastic with ranks started by multiprocessing spawn (TorchTPU's way).
+
+    The environment the parent holds when this is called (e.g. what ``set_tpu_launch_env`` set)
+    is inherited; per-rank variables are set before the script runs, after torch is imported.
+    """
+    rank_env = {k: dict(v) for k, v in spec.rank_env.items()}
+    return _elastic(spec, run_script, [spec.script, list(spec.script_args), rank_env], "spawn")
+
+
+LAUNCHERS: dict[str, Launcher] = {"torchrun": torchrun, "spawn": spawn}
+
+
+def register_launcher(name: str, launcher: Launcher) -> None:
+    """Make ``launcher`` available to Collectives shims that declare ``launcher = name``."""
+    LAUNCHERS[name] = launcher
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` (what the children inherit) and restore it afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def run_script(script: str, script_args: list[str], rank_env: Mapping[int, Mapping[str, str]]) -> None:
+    """Run ``script`` as ``__main__`` in this rank, after applying its local rank's environment."""
+    local = int(settings.LOCAL_RANK.get() or 0)
+    os.environ.update(rank_env.get(local, {}))
+    path = Path(script)
+    sys.argv = [script, *script_args]
+    sys.path[0] = str(path.resolve().parent)  # as `python script.py` would
+    runpy.run_path(str(path), run_name="__main__")
+
+
+def _rank_main(argv: list[str]) -> int:
+    """Child side of :func:`torchrun`: apply the rank's environment, then run the script under ``@record``."""
+    rank_env = {int(k): v for k, v in json.loads(argv[0]).items()}
+    rest = argv[1:]
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    local = int(settings.LOCAL_RANK.get() or 0)
+    os.environ.update(rank_env.get(local, {}))  # before torch (and any vendor) is imported
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    record(run_script)(rest[0], rest[1:], {})
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="anydevice run",
+        description="Launch N processes of a script the selected device's way (torchrun, spawn, ...).",
+    )
+    p.add_argument("-n", "--nproc-per-node", type=int, default=None, help="processes on this node (default: the device count)")
+    p.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
+    p.add_argument("--node-rank", type=int, default=None, help="this node's rank (static rendezvous at --rdzv-endpoint)")
+    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="rendezvous address every node can reach")
+    p.add_argument("--max-restarts", type=int, default=0, help="restart the whole group up to K times after a failure")
+    p.add_argument("--run-id", default=None, help="rendezvous id, the same on every node (default: random; set it for multi-node)")
+    p.add_argument("script", help="the Python script to run")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    return p
+
+
+def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
+    """Resolve the device and build the launch spec; returns it with the Collectives shim."""
+    from anydevice.backend import requested, select
+    from anydevice.registry import get_registry
+    from anydevice.selection import resolve
+
+    for name, value, low in (("-n", args.nproc_per_node, 1), ("--nnodes", args.nnodes, 1), ("--max-restarts", args.max_restarts, 0)):
+        if value is not None and value < low:
+            raise DistributedError(f"{name} must be at least {low}, got {value}.")
+    if not Path(args.script).is_file():
+        raise DistributedError(f"No script at {args.script}.", "Pass the path of a Python file: anydevice run -n 2 train.py.")
+    choice = resolve(requested(), get_registry())  # cheap detection: imports no vendor package
+    device = choice.name if choice.index is None else f"{choice.name}:{choice.index}"
+    child_env = {**os.environ, settings.ANYDEVICE.name: device}
+    autoload.apply(child_env, selection=device)
+    env = {k: v for k, v in child_env.items() if os.environ.get(k) != v}
+    with _environment(env):  # the parent loads what the children will (no unselected autoload)
+        collectives = select(device).shims.collectives
+    nproc = args.nproc_per_node or max(choice.detection.count or 1, 1)
+    rank_env = {i: dict(collectives.launch_env(i, nproc)) for i in range(nproc)}
+    spec = LaunchSpec(
+        script=args.script,
+        script_args=tuple(args.script_args),
+        nproc_per_node=nproc,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        rdzv_endpoint=args.rdzv_endpoint,
+        max_restarts=args.max_restarts,
+        env=env,
+        rank_env={i: e for i, e in rank_env.items() if e},
+        **({"run_id": args.run_id} if args.run_id else {}),
+    )
+    return spec, collectives
+
+
+def launcher_for(collectives: Any) -> Launcher:
+    """The shim's own ``launch`` method, else the registered launcher its ``launcher`` names."""
+    own = getattr(collectives, "launch", None)
+    if callable(own):
+        return own  # type: ignore[no-any-return]
+    name = collectives.launcher
+    if name not in LAUNCHERS:
+        raise DistributedError(
+            f"The selected device's launcher '{name}' is not known to anydevice run.",
+            f"Known launchers: {', '.join(sorted(LAUNCHERS))}. The plugin should define collectives.launch(spec) "
+            "or call anydevice.launch.register_launcher.",
+        )
+    return LAUNCHERS[name]
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``anydevice run``; returns the exit status (non-zero when a rank failed)."""
+    if argv and argv[0] == _RANK_FLAG:
+        return _rank_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    spec, collectives = plan(args)
+    return launcher_for(collectives)(spec)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
