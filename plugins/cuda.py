@@ -4,26 +4,50 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from anydevice import settings
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.hookspecs import hookimpl
 from anydevice.shims import detect as d
 from anydevice.shims.contracts import Shims
 
-# Dense bf16 TFLOP/s per chip (vendor datasheets; the sparse figures are twice these).
+if TYPE_CHECKING:
+    import torch
+
+# Dense bf16 TFLOP/s per chip (vendor datasheets; the sparse figures are twice these). A chip not
+# listed has no peak: MFU is reported as unknown, never guessed from a neighbour.
 PEAK_BF16_TFLOPS = {
     "H100": 989.4,  # NVIDIA H100 SXM datasheet
+    "H100 PCIe": 756.5,  # NVIDIA H100 PCIe datasheet (1513 sparse)
     "H200": 989.4,  # NVIDIA H200 datasheet (same compute as H100 SXM)
     "B200": 2250.0,  # NVIDIA HGX B200 datasheet
     "GB200": 2500.0,  # NVIDIA GB200 NVL72 datasheet, per GPU
     "A100": 312.0,  # NVIDIA A100 datasheet
     "MI300X": 1307.4,  # AMD Instinct MI300X datasheet
 }
+# (substring of the upper-cased name without spaces or dashes, chip) - most specific first
+_NAME_PATTERNS = (
+    ("H100PCIE", "H100 PCIe"),
+    ("H100NVL", "H100 NVL"),  # no peak in the table: its datasheet figure differs from SXM's
+    ("GB200", "GB200"),
+    ("B200", "B200"),
+    ("H200", "H200"),
+    ("H100", "H100"),
+    ("A100", "A100"),
+    ("MI300X", "MI300X"),
+)
 INSTALL_CUDA_TORCH = "install a CUDA (or ROCm) build of torch: pip install torch (Linux x86-64 wheels on PyPI include CUDA)"
 
 
+def chip_from_name(name: str) -> str:
+    """The chip key for a device name (``NVIDIA H100 80GB HBM3`` -> ``H100``), or the name itself."""
+    flat = name.upper().replace(" ", "").replace("-", "")
+    return next((chip for pattern, chip in _NAME_PATTERNS if pattern in flat), name)
+
+
 def _hidden() -> bool:
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    value = os.environ.get(settings.CUDA_VISIBLE_DEVICES.name)  # "" hides every GPU, so no .get() default
     return value is not None and value.strip() in ("", "-1")
 
 
@@ -56,20 +80,21 @@ def detect() -> Detection:
             "no_hardware",
         )
     count = torch.cuda.device_count()
-    return Detection.ok(f"{count} {'ROCm' if rocm else 'CUDA'} device(s) visible", count=count, chip=torch.cuda.get_device_name(0))
+    return Detection.ok(
+        f"{count} {'ROCm' if rocm else 'CUDA'} device(s) visible",
+        count=count,
+        chip=chip_from_name(torch.cuda.get_device_name(0)),
+        stack="rocm" if rocm else "cuda",
+    )
 
 
 def chip() -> str | None:
     import torch
 
-    name = torch.cuda.get_device_name(torch.cuda.current_device())
-    for key in sorted(PEAK_BF16_TFLOPS, key=len, reverse=True):
-        if key in name.replace(" ", "").upper():
-            return key
-    return name
+    return chip_from_name(torch.cuda.get_device_name(torch.cuda.current_device()))
 
 
-def _autocast_dtype() -> object:
+def _autocast_dtype() -> torch.dtype:
     import torch
 
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -81,8 +106,8 @@ def _versions() -> dict[str, str]:
     out = {"cuda": str(torch.version.cuda)} if torch.version.cuda else {}
     if torch.version.hip:
         out["hip"] = str(torch.version.hip)
-    if torch.backends.cudnn.is_available():
-        out["cudnn"] = str(torch.backends.cudnn.version())
+    if torch.backends.cudnn.is_available():  # type: ignore[no-untyped-call]
+        out["cudnn"] = str(torch.backends.cudnn.version())  # type: ignore[no-untyped-call]
     return out
 
 
@@ -94,8 +119,8 @@ def load() -> Shims:
             device_type="cuda",
             compile_backend="inductor",
             dist_backend="nccl",  # RCCL under the same name on ROCm
-            autocast_dtype=_autocast_dtype,  # type: ignore[arg-type]
-            profiler_activities=("CUDA",),
+            autocast_dtype=_autocast_dtype,
+            profiler_activities=("CUDA",),  # kineto's CUDA activity records HIP kernels on ROCm too
             chip=chip,
             peak_tflops=PEAK_BF16_TFLOPS,
             versions=_versions,

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
+
+if TYPE_CHECKING:
+    import torch
 
 
 def detect() -> Detection:
@@ -29,7 +33,7 @@ def detect() -> Detection:
     return Detection.ok("Apple-silicon GPU available through Metal", count=1, chip=platform.processor() or "Apple silicon")
 
 
-def _autocast_dtype() -> object:
+def _autocast_dtype() -> torch.dtype:
     import torch
 
     return torch.float16
@@ -38,7 +42,10 @@ def _autocast_dtype() -> object:
 def _memory(index: int) -> dict[str, int]:
     import torch
 
-    return {"allocated_bytes": int(torch.mps.current_allocated_memory()), "reserved_bytes": int(torch.mps.driver_allocated_memory())}
+    return {
+        "allocated_bytes": int(torch.mps.current_allocated_memory()),
+        "reserved_bytes": int(torch.mps.driver_allocated_memory()),
+    }
 
 
 def load() -> Shims:
@@ -49,7 +56,8 @@ def load() -> Shims:
             device_type="mps",
             compile_backend="inductor",
             dist_backend="gloo",
-            autocast_dtype=_autocast_dtype,  # type: ignore[arg-type]
+            autocast_dtype=_autocast_dtype,
+            profiler_activities=("MPS",),  # skipped where this torch's profiler lacks it
             launcher="single-process",
             fsdp=False,
             memory_stats=_memory,
@@ -59,4 +67,6 @@ def load() -> Shims:
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(DeviceSpec(name="mps", aliases=("metal",), detect=detect, load=load, priority=60, description="Apple-silicon GPU (Metal)"))
+    register(
+        DeviceSpec(name="mps", aliases=("metal",), detect=detect, load=load, priority=60, description="Apple-silicon GPU (Metal)")
+    )

@@ -1,39 +1,179 @@
-"""The neuron plugin: AWS Trainium/Inferentia through torch-neuronx (native TorchNeuron 2.14+, else XLA)."""
+"""The neuron plugin: AWS Trainium through torch-neuronx. Not verified on hardware.
+
+Two stacks share the package name, so the plugin branches on its version (read from metadata,
+before importing it): 2.14 and later is native TorchNeuron (PrivateUse1 device ``neuron``,
+``torch.compile(backend="neuron")``, process-group backend ``neuron``); older versions are
+XLA-based (``PJRT_DEVICE=NEURON`` and the shared XLA shims). Tested only against the fake in
+``tests/support/fake_torch_neuronx``: every result is marked "not verified on hardware".
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
+from anydevice import settings
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.errors import NotBuiltError
 from anydevice.hookspecs import hookimpl
 from anydevice.shims import detect as d
+from anydevice.shims import versions
 from anydevice.shims.contracts import Shims
 
+DISTRIBUTION = "torch-neuronx"
+NATIVE_SINCE = (2, 14)  # torch-neuronx 2.14+ is native TorchNeuron; older releases are XLA-based
 INSTALL = "pip install torch-neuronx from AWS's Neuron index (https://pip.repos.neuron.amazonaws.com) on a Trn/Inf instance"
+NO_DEVICE_FIX = "run on a Trainium (trn1/trn2/trn3) or Inferentia instance with the Neuron driver (/dev/neuron*)"
+# Dense bf16 TFLOP/s per chip (AWS Neuron docs: trainium, trainium2, trainium3 pages). The chip is not
+# known without the vendor's runtime, so MFU stays unknown until TorchNeuron reports it.
+PEAK_BF16_TFLOPS = {"Trainium1": 190.0, "Trainium2": 667.0, "Trainium3": 671.0}
+PERFETTO_NTFF = "Neuron Explorer, or Perfetto for the trace.json (device traces are .ntff)"
+
+
+def is_native(version: str) -> bool:
+    """True for native TorchNeuron (torch-neuronx >= 2.14), False for the XLA-based releases."""
+    return d.major_minor(version) >= NATIVE_SINCE
+
+
+def stack(version: str) -> str:
+    """A label for ``anydevice list`` and ``info``."""
+    return "native TorchNeuron" if is_native(version) else "XLA-based torch-neuronx (PJRT_DEVICE=NEURON)"
+
+
+def classify(version: str | None, devices: list[str], pair: versions.PairCheck | None = None) -> Detection:
+    """The detection verdict from the installed version and the Neuron device nodes (no I/O)."""
+    if version is None and not devices:
+        return Detection.missing(
+            "torch-neuronx is not installed and no Neuron device was found", INSTALL, "package_and_hardware_missing"
+        )
+    if version is None:
+        return Detection.missing(
+            f"{len(devices)} Neuron device(s) found but torch-neuronx is not installed", INSTALL, "hardware_without_package"
+        )
+    if not devices:
+        return Detection.missing(
+            f"torch-neuronx {version} ({stack(version)}) installed, no Neuron device found (/dev/neuron*)",
+            NO_DEVICE_FIX,
+            "no_hardware",
+        )
+    if pair is not None and not pair.ok:
+        return Detection.missing(pair.reason, pair.fix, "version_mismatch")
+    return Detection.ok(
+        f"{len(devices)} Neuron device(s); torch-neuronx {version}, {stack(version)}", count=len(devices), stack=stack(version)
+    )
+
+
+def _pair(version: str | None) -> versions.PairCheck | None:
+    if version is None:
+        return None
+    return versions.check_pair(DISTRIBUTION, "requires_dist" if is_native(version) else "lockstep")
 
 
 def detect() -> Detection:
-    package = d.installed("torch_neuronx")
-    devices = d.device_files("/dev/neuron[0-9]*")
-    if not package and not devices:
-        return Detection.missing("torch-neuronx is not installed and no Neuron device was found", INSTALL, "package_and_hardware_missing")
-    if not devices:
-        return Detection.missing("torch-neuronx installed, no Neuron device found (/dev/neuron*)", "run on a Trainium (trn1/trn2) or Inferentia instance", "no_hardware")
-    if not package:
-        return Detection.missing(f"{len(devices)} Neuron device(s) found but torch-neuronx is not installed", INSTALL, "hardware_without_package")
-    return Detection.ok(f"{len(devices)} Neuron device(s)", count=len(devices))
+    version = d.version_of(DISTRIBUTION)
+    return classify(version, d.device_files("/dev/neuron[0-9]*"), _pair(version))
+
+
+def rank_cores(local_rank: int) -> dict[str, str]:
+    """One logical NeuronCore per rank: without these every rank grabs all cores."""
+    return {settings.NEURON_RT_VISIBLE_CORES.name: str(local_rank), settings.NEURON_RT_NUM_CORES.name: "1"}
+
+
+def prepare_environment() -> None:
+    """Variables the Neuron runtime and compiler read at import; values the user set win."""
+    version = d.version_of(DISTRIBUTION)
+    env: dict[str, str] = {}
+    local_rank, world = settings.LOCAL_RANK.get(), settings.LOCAL_WORLD_SIZE.get() or settings.WORLD_SIZE.get()
+    if local_rank is not None and world is not None and int(world) > 1:  # launched by torchrun, not by us
+        env.update(rank_cores(int(local_rank)))
+    if version is not None and is_native(version):
+        env[settings.TORCH_NEURONX_NEFF_CACHE_DIR.name] = str(settings.cache_dir("neuron-neff"))
+    else:
+        env[settings.PJRT_DEVICE.name] = "NEURON"
+        flags = settings.NEURON_CC_FLAGS.get() or ""
+        if "--cache_dir" not in flags:  # keep the user's flags, add the cache
+            os.environ[settings.NEURON_CC_FLAGS.name] = f"{flags} --cache_dir={settings.cache_dir('neuron-cc')}".strip()
+    for name, value in env.items():
+        os.environ.setdefault(name, value)
+
+
+def _launch_env(local_rank: int, local_world_size: int) -> Mapping[str, str]:
+    return rank_cores(local_rank)
+
+
+def _memory(index: int) -> dict[str, int]:
+    import torch_neuronx
+
+    stats: Mapping[str, Any] = torch_neuronx.memory_stats()
+    return {k: int(v) for k, v in stats.items() if isinstance(v, (int, float))}
+
+
+def _profiler_config(directory: Path) -> Any:
+    from torch_neuronx.profiling import NeuronConfig
+
+    return NeuronConfig()  # output location: Neuron's default (the docs excerpt did not show a directory option)
+
+
+def _versions() -> dict[str, str]:
+    return {"torch-neuronx": d.version_of(DISTRIBUTION) or "unknown", "neuronx-cc": d.version_of("neuronx-cc") or "unknown"}
+
+
+def _load_native() -> Shims:
+    import torch_neuronx  # noqa: F401  registers the 'neuron' device, dist backend and compile backend
+
+    from anydevice.shims.eager import EagerVendor, eager_shims
+
+    return eager_shims(
+        EagerVendor(
+            device_type="neuron",
+            device_module_first=True,  # the documented calls: torch.neuron.synchronize(), device_count()
+            compile_backend="neuron",
+            compile_defaults={"dynamic": False},  # dynamic=True is rejected by the neuron backend
+            compile_cache_env=settings.TORCH_NEURONX_NEFF_CACHE_DIR.name,
+            dist_backend="neuron",
+            launch_env=_launch_env,
+            profiler_activities=("PrivateUse1",),
+            profiler_config=_profiler_config,
+            profiler_viewer=PERFETTO_NTFF,
+            peak_tflops=PEAK_BF16_TFLOPS,
+            memory_stats=_memory,
+            versions=_versions,
+        )
+    )
+
+
+def _load_xla() -> Shims:
+    try:
+        from anydevice.shims.lazy_xla import xla_shims
+    except ImportError as exc:
+        raise NotBuiltError(
+            "The neuron plugin's XLA path (torch-neuronx < 2.14) needs the shared XLA shims, which are not built yet.",
+            "Use torch-neuronx 2.14+ (native TorchNeuron).",
+        ) from exc
+    shims: Shims = xla_shims("NEURON", peak_tflops=PEAK_BF16_TFLOPS, launch_env=_launch_env)
+    return shims
 
 
 def load() -> Shims:
-    raise NotBuiltError("The neuron plugin's shims are not built yet.")
+    version = d.version_of(DISTRIBUTION)
+    return _load_native() if version is not None and is_native(version) else _load_xla()
 
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
         DeviceSpec(
-            name="neuron", aliases=("trainium", "inferentia"), detect=detect, load=load, priority=85,
-            vendor_package="torch-neuronx", autoload_module="torch_neuronx", description="AWS Trainium / Inferentia (torch-neuronx)", verified_on_hardware=False,
+            name="neuron",
+            aliases=("trainium", "inferentia"),
+            detect=detect,
+            load=load,
+            prepare_environment=prepare_environment,
+            priority=85,
+            vendor_package=DISTRIBUTION,
+            autoload_module="torch_neuronx",
+            description="AWS Trainium / Inferentia (torch-neuronx: native TorchNeuron 2.14+, else XLA)",
+            verified_on_hardware=False,
         )
     )

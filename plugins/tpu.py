@@ -1,48 +1,174 @@
-"""The tpu plugin: Google TPUs through TorchTPU (``torch_tpu``) first, torch_xla second."""
+"""The tpu plugin: Google TPUs through TorchTPU (``torch_tpu``) first, torch_xla second.
+
+Detection reads the PCI bus and ``/dev/vfio`` (what ``torch_tpu._internal.utils.hardware``
+checks) and imports neither package. TorchTPU is imported only when tpu is selected: the CLI
+and ``anydevice run`` turn torch's backend autoload off for every other selection, so
+:func:`load_torch_tpu` registers the device explicitly.
+"""
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+from anydevice import settings
 from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.errors import NotBuiltError
+from anydevice.errors import DeviceUnavailableError, NotBuiltError
 from anydevice.hookspecs import hookimpl
 from anydevice.shims import detect as d
+from anydevice.shims import versions
 from anydevice.shims.contracts import Shims
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 TPU_DEVICE_IDS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "v7"}
+# Dense bf16 TFLOP/s per chip (Google Cloud TPU docs; torch_tpu carries the same table).
+PEAK_BF16_TFLOPS = {"TPU v4": 275.0, "TPU v5e": 197.0, "TPU v5p": 459.0, "TPU v6e": 918.0, "TPU v7": 2307.0}
 INSTALL = "pip install torch_tpu (on a Cloud TPU VM; needs torch 2.11 to 2.15), or pip install torch_xla[tpu]"
+NO_CHIP_FIX = "run on a Cloud TPU VM (PCI vendor 0x1ae0 with /dev/vfio)"
+XPROF = "TensorBoard with the profile plugin, or XProf (open the run directory's .xplane.pb)"
 
 
-def tpu_chips() -> list[str]:
+def tpu_chips(pci_root: str = "/sys/bus/pci/devices", vfio_root: str = "/dev/vfio") -> list[str]:
     """Generations of the TPU chips on the PCI bus that have a VFIO node (what torch_tpu checks)."""
     chips = []
-    for address, device_id in d.pci_devices(GOOGLE_PCI_VENDOR):
+    for address, device_id in d.pci_devices(GOOGLE_PCI_VENDOR, pci_root):
         generation = TPU_DEVICE_IDS.get(device_id)
-        if generation and d.iommu_group_has_vfio(Path("/sys/bus/pci/devices") / address):
+        if generation and d.iommu_group_has_vfio(Path(pci_root) / address, vfio_root):
             chips.append(generation)
     return chips
 
 
-def detect() -> Detection:
-    native, xla = d.installed("torch_tpu"), d.installed("torch_xla")
-    chips = tpu_chips()
+def classify(native: bool, xla: bool, chips: list[str], pair: versions.PairCheck | None = None) -> Detection:
+    """The detection verdict from what is installed and which chips were found (no I/O)."""
     if not chips and not (native or xla):
-        return Detection.missing("TorchTPU (torch_tpu) is not installed and no TPU chip was found", INSTALL, "package_and_hardware_missing")
+        return Detection.missing(
+            "TorchTPU (torch_tpu) is not installed and no TPU chip was found", INSTALL, "package_and_hardware_missing"
+        )
     if not chips:
         which = "TorchTPU" if native else "torch_xla"
-        return Detection.missing(f"{which} installed, no TPU chip found", "run on a Cloud TPU VM (PCI vendor 0x1ae0 with /dev/vfio)", "no_hardware")
+        return Detection.missing(f"{which} installed, no TPU chip found", NO_CHIP_FIX, "no_hardware")
     if not (native or xla):
-        return Detection.missing(f"TPU {chips[0]} chip found but neither torch_tpu nor torch_xla is installed", INSTALL, "hardware_without_package")
-    return Detection.ok(f"{len(chips)} TPU {chips[0]} chip(s); using {'TorchTPU' if native else 'torch_xla'}", count=len(chips), chip=f"TPU {chips[0]}")
+        return Detection.missing(
+            f"TPU {chips[0]} chip found but neither torch_tpu nor torch_xla is installed", INSTALL, "hardware_without_package"
+        )
+    if pair is not None and not pair.ok:
+        return Detection.missing(pair.reason, pair.fix, "version_mismatch")
+    stack = "TorchTPU" if native else "torch_xla (PJRT_DEVICE=TPU)"
+    return Detection.ok(f"{len(chips)} TPU {chips[0]} chip(s); using {stack}", count=len(chips), chip=f"TPU {chips[0]}")
+
+
+def detect() -> Detection:
+    native, xla = d.installed("torch_tpu"), d.installed("torch_xla")
+    pair = versions.check_pair("torch_tpu" if native else "torch_xla") if (native or xla) else None
+    return classify(native, xla, tpu_chips(), pair)
+
+
+def prepare_environment() -> None:
+    """torch_xla fallback only: PJRT_DEVICE=TPU before torch_xla is imported (a value the user set wins)."""
+    if not d.installed("torch_tpu") and settings.PJRT_DEVICE.get() is None:
+        os.environ[settings.PJRT_DEVICE.name] = "TPU"
+
+
+def load_torch_tpu() -> ModuleType:
+    """Import TorchTPU and register the ``tpu`` device; needed when torch's autoload is off. Idempotent."""
+    import torch_tpu
+    import torch_tpu._loader
+
+    torch_tpu._loader.load()  # registers PrivateUse1 'tpu', the 'tpu' dist backend and patches (with a chip)
+    module: ModuleType = torch_tpu
+    return module
+
+
+def _chip() -> str | None:
+    chips = tpu_chips()
+    return f"TPU {chips[0]}" if chips else None
+
+
+def _profiler_config(directory: Path) -> Any:
+    import torch
+
+    from anydevice.shims.common import global_rank
+
+    config = torch.tpu.profiler.TpuProfilerConfig  # type: ignore[attr-defined]
+    return config(run_dir=str(directory), worker_rank=str(global_rank()))
+
+
+@functools.cache
+def _tpu_launch_env(local_world_size: int) -> dict[str, str]:
+    """What ``set_tpu_launch_env`` adds to the parent's environment (it never overwrites; called once)."""
+    import torch
+
+    before = dict(os.environ)
+    torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=local_world_size)  # type: ignore[attr-defined]
+    return {k: v for k, v in os.environ.items() if before.get(k) != v}
+
+
+def _launch_env(local_rank: int, local_world_size: int) -> dict[str, str]:
+    return _tpu_launch_env(local_world_size)
+
+
+def _versions() -> dict[str, str]:
+    return {"torch_tpu": d.version_of("torch_tpu") or "unknown", "libtpu": d.version_of("libtpu") or "unknown"}
+
+
+def _load_native() -> Shims:
+    load_torch_tpu()
+    import torch
+
+    from anydevice.shims.eager import EagerVendor, eager_shims
+
+    accel = torch.accelerator.current_accelerator()  # torch.tpu.is_available() etc. raise by design
+    if accel is None or accel.type != "tpu":
+        raise DeviceUnavailableError(
+            "tpu", "TorchTPU loaded but registered no TPU device (no TPU chip found)", NO_CHIP_FIX, problem="no_hardware"
+        )
+    return eager_shims(
+        EagerVendor(
+            device_type="tpu",
+            compile_backend="tpu",  # torch_tpu rejects inductor on TPU inputs
+            dist_backend="tpu",
+            launch_env=_launch_env,
+            profiler_config=_profiler_config,
+            profiler_viewer=XPROF,
+            chip=_chip,
+            peak_tflops=PEAK_BF16_TFLOPS,
+            compile_cache_env=None,  # torch_tpu 0.2.0 documents no persistent compile cache location
+            versions=_versions,
+        )
+    )
+
+
+def _load_xla() -> Shims:
+    try:
+        from anydevice.shims.lazy_xla import xla_shims
+    except ImportError as exc:  # the shared XLA shims are built in another issue
+        raise NotBuiltError(
+            "The tpu plugin's torch_xla path needs the shared XLA shims (anydevice.shims.lazy_xla), which are not built yet.",
+            "Install torch_tpu to use TorchTPU instead.",
+        ) from exc
+    shims: Shims = xla_shims("TPU", chip=_chip, peak_tflops=PEAK_BF16_TFLOPS)
+    return shims
 
 
 def load() -> Shims:
-    raise NotBuiltError("The tpu plugin's shims are not built yet.", "Use ANYDEVICE=xla with PJRT_DEVICE=TPU meanwhile.")
+    return _load_native() if d.installed("torch_tpu") else _load_xla()
 
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(DeviceSpec(name="tpu", detect=detect, load=load, priority=90, vendor_package="torch_tpu", autoload_module="torch_tpu", description="Google TPU (TorchTPU, else torch_xla)"))
+    register(
+        DeviceSpec(
+            name="tpu",
+            detect=detect,
+            load=load,
+            priority=90,
+            vendor_package="torch_tpu",
+            autoload_module="torch_tpu",
+            prepare_environment=prepare_environment,
+            description="Google TPU (TorchTPU, else torch_xla)",
+        )
+    )

@@ -54,9 +54,13 @@ class EagerVendor:
     """Extra variables a launcher sets for ``(local_rank, local_world_size)`` (e.g. Neuron's visible cores)."""
     profiler_viewer: str | None = None
     """How to open the vendor's trace files, when not Perfetto (e.g. TensorBoard / XProf)."""
+    device_module_first: bool = False
+    """Use ``torch.<device_type>`` (count, set_device, synchronize) even where ``torch.accelerator`` matches."""
 
 
-def _accelerator_matches(device_type: str) -> bool:
+def _accelerator_matches(device_type: str, vendor: EagerVendor | None = None) -> bool:
+    if vendor is not None and vendor.device_module_first:
+        return False
     accel = getattr(torch, "accelerator", None)
     if accel is None:
         return False
@@ -78,7 +82,7 @@ class EagerPlacement:
     def device_count(self) -> int:
         if self.device_type == "cpu":
             return 1
-        if _accelerator_matches(self.device_type):
+        if _accelerator_matches(self.device_type, self.vendor):
             return int(torch.accelerator.device_count())
         module = self._module()
         return int(module.device_count()) if module is not None and hasattr(module, "device_count") else 0
@@ -94,7 +98,7 @@ class EagerPlacement:
     def set_device(self, index: int) -> None:
         if self.device_type == "cpu":
             return
-        if _accelerator_matches(self.device_type):
+        if _accelerator_matches(self.device_type, self.vendor):
             torch.accelerator.set_device_index(index)
         elif (module := self._module()) is not None and hasattr(module, "set_device"):
             module.set_device(index)
@@ -102,7 +106,7 @@ class EagerPlacement:
     def synchronize(self) -> None:
         if self.device_type == "cpu":
             return
-        if _accelerator_matches(self.device_type):
+        if _accelerator_matches(self.device_type, self.vendor):
             torch.accelerator.synchronize()
         elif (module := self._module()) is not None and hasattr(module, "synchronize"):
             module.synchronize()
@@ -126,7 +130,7 @@ class EagerPlacement:
         index = self.device().index or 0
         if self.vendor.memory_stats is not None:
             return MemoryStats(self.vendor.memory_stats(index))
-        if _accelerator_matches(self.device_type) and hasattr(torch.accelerator, "memory_allocated"):
+        if _accelerator_matches(self.device_type, self.vendor) and hasattr(torch.accelerator, "memory_allocated"):
             accel = torch.accelerator
             return MemoryStats(
                 {

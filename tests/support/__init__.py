@@ -1,0 +1,1 @@
+"""Test-support code: helpers shared by tests (never imported by the package)."""

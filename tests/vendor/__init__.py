@@ -1,0 +1,1 @@
+"""Main-lane tests of the vendor plugins: detection, reasons and tables (no vendor hardware needed)."""
