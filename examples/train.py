@@ -108,7 +108,8 @@ def latest_checkpoint(directory: Path) -> Path | None:
 
 def param_checksum(model: nn.Module) -> str:
     """A position-weighted float64 sum of every parameter: equal on every rank when data-parallel training agrees."""
-    flat = torch.cat([p.detach().to("cpu", torch.float64).flatten() for p in model.parameters()])
+    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]  # FSDP2 shards: gather
+    flat = torch.cat([p.detach().to("cpu", torch.float64).flatten() for p in full])
     weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64)
     return float((flat * weights).sum()).hex()
 
