@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import importlib
 from collections.abc import Iterable
 
 from anydevice.compat_matrix.probe import Probe
@@ -56,11 +57,29 @@ def plugin_probes(problems: list[str]) -> list[Probe]:
     return found
 
 
-def all_probes(problems: list[str] | None = None, with_plugins: bool = True) -> list[Probe]:
-    """Built-in and plugin probes; a plugin probe whose name is taken is dropped (and reported)."""
+def module_probes(modules: Iterable[str], problems: list[str]) -> list[Probe]:
+    """Probes from importable modules' ``PROBES`` lists (``--module``: probes under development, tests)."""
+    found: list[Probe] = []
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:
+            problems.append(f"probe module {name}: {type(exc).__name__}: {exc}")
+            continue
+        listed = getattr(module, "PROBES", None)
+        if not isinstance(listed, list) or not all(isinstance(p, Probe) for p in listed):
+            problems.append(f"probe module {name} has no PROBES list of Probe objects")
+            continue
+        found += listed
+    return found
+
+
+def all_probes(problems: list[str] | None = None, with_plugins: bool = True, modules: Iterable[str] = ()) -> list[Probe]:
+    """Built-in, plugin and module probes; a probe whose name is taken is dropped (and reported)."""
     problems = problems if problems is not None else []
     probes: dict[str, Probe] = {}
-    for probe in [*builtin_probes(), *(plugin_probes(problems) if with_plugins else [])]:
+    extra = [*(plugin_probes(problems) if with_plugins else []), *module_probes(modules, problems)]
+    for probe in [*builtin_probes(), *extra]:
         if probe.name in probes:
             problems.append(f"probe name {probe.name!r} registered twice; the second was ignored")
             continue

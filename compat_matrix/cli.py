@@ -18,6 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds one probe may run (default 120)")
     probe.add_argument("--seed", type=int, default=0, help="RNG seed for every probe (default 0)")
     probe.add_argument("--simulated", action="store_true", default=None, help="mark results as against a simulated vendor module")
+    probe.add_argument("--module", action="append", default=[], metavar="MOD", help="also load probes from MOD.PROBES")
     probe.add_argument("--list", action="store_true", help="list the probes that would run, and exit")
     render = sub.add_parser("render", help="merge result files into the matrix page (index.html + index.md)")
     render.add_argument("results", nargs="+", type=Path, metavar="RESULTS")
@@ -40,12 +41,20 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
 
     if args.list:
         problems: list[str] = []
-        for probe in catalog.select(catalog.all_probes(problems), args.only):
+        for probe in catalog.select(catalog.all_probes(problems, modules=args.module), args.only):
             print(f"{probe.shim:<12} {probe.name:<34} {probe.description}")
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)
         return 0
-    run = run_probes(args.out, only=args.only, timeout=args.timeout, seed=args.seed, simulated=args.simulated, argv=argv[1:])
+    run = run_probes(
+        args.out,
+        only=args.only,
+        timeout=args.timeout,
+        seed=args.seed,
+        simulated=args.simulated,
+        argv=argv[1:],
+        modules=args.module,
+    )
     if not run.health.device_available:
         return 0  # an honest "device not here" result file is a successful run
     return 0 if run.health.sanity_passed else 1
@@ -69,3 +78,7 @@ def _render(args: argparse.Namespace) -> int:
     written = write_site(site, args.out)
     print(f"wrote {', '.join(str(p) for p in written)} from {site.run_count} run(s)")
     return 1 if site.problems and site.run_count == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+
 from anydevice.compat_matrix.probe import HarnessError
 from anydevice.compat_matrix.schema import Numerics, Stage
 
@@ -41,6 +42,8 @@ class ProbeContext:
         self.numerics: Numerics | None = None
         self.fallback_ops: list[str] = []
         self._on_stage = on_stage
+        self._failed: BaseException | None = None
+        self._failed_stage = Stage.EXECUTE
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
     # -- stages -------------------------------------------------------------------------
@@ -51,8 +54,16 @@ class ProbeContext:
         self._set_stage(Stage(stage))
         try:
             yield
+        except BaseException as exc:
+            if self._failed is not exc:  # the innermost stage names the failure
+                self._failed, self._failed_stage = exc, Stage(stage)
+            raise
         finally:
             self._set_stage(previous)
+
+    def stage_of(self, exc: BaseException) -> Stage:
+        """The stage ``exc`` escaped from (the current stage if it came from outside every block)."""
+        return self._failed_stage if self._failed is exc else self.current_stage
 
     def _set_stage(self, stage: Stage) -> None:
         self.current_stage = stage

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
 from anydevice.compat_matrix.context import ProbeContext
 from anydevice.compat_matrix.probe import HarnessError, Partial, Probe, Skip
 from anydevice.compat_matrix.schema import MAX_LOG, MAX_MESSAGE, MAX_REASON, ProbeResult, Stage, Status, bounded
@@ -68,7 +69,7 @@ def run_probe(
             except HarnessError as exc:
                 status, reason = Status.HARNESS_ERROR, exc.reason
             except Exception as exc:  # the probe's failure is the result
-                status, stage, reason = _classify(exc, ctx.current_stage)
+                status, stage, reason = _classify(exc, ctx.stage_of(exc))
                 exc_type, message = _qualname(exc), f"{type(exc).__name__}: {exc}"
                 traceback.print_exc(file=out)
             finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
 from anydevice.compat_matrix.context import ProbeContext
 from anydevice.compat_matrix.probe import Partial, Probe, Skip
 from anydevice.compat_matrix.schema import Stage

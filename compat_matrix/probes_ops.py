@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+
 from anydevice.compat_matrix.context import ProbeContext
 from anydevice.compat_matrix.probe import Partial, Probe
 from anydevice.compat_matrix.schema import Stage

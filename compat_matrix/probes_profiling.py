@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from anydevice.compat_matrix.context import ProbeContext
 from anydevice.compat_matrix.probe import Probe, Skip
 from anydevice.compat_matrix.schema import Stage

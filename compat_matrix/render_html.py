@@ -114,7 +114,7 @@ def _table(matrix: Matrix) -> str:
         cells = [matrix.cell(row.probe, c) for c in matrix.columns]
         statuses = sorted({_cell_key(c) for c in cells})
         body.append(
-            f'<tr id="probe-{e(row.probe)}" data-shim="{e(row.shim)}" data-statuses="{e(" ".join(statuses))}">'
+            f'<tr class="probe-row" id="probe-{e(row.probe)}" data-shim="{e(row.shim)}" data-statuses="{e(" ".join(statuses))}">'
             f'<th scope="row"><code>{e(row.probe)}</code><div class="desc">{e(row.description)}</div></th>'
             f'<td class="shim">{e(row.shim)}</td>'
             + "".join(_cell(row.probe, column, cell) for column, cell in zip(matrix.columns, cells, strict=True))
@@ -260,7 +260,9 @@ def _runs(matrix: Matrix) -> str:
 
 def _diff_section(matrix: Matrix) -> str:
     options = "".join(f'<option value="{e(r.key)}">{e(r.device)} — {e(r.date)} ({e(r.source)})</option>' for r in matrix.runs)
-    default = matrix.diffs[-1] if matrix.diffs else None
+    later = [d for d in matrix.diffs if d.new.run.started_at > d.old.run.started_at]
+    candidates = later or matrix.diffs
+    default = candidates[-1] if candidates else None
     body = _diff_body(default) if default else "<p>No device has two runs yet: nothing to compare.</p>"
     a = e(default.old.key) if default else ""
     b = e(default.new.key) if default else ""
@@ -314,8 +316,9 @@ _CSS = """
 :root{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;font-size:14px;color:#1a1a1a;background:#fff}
 body{margin:1rem 1.5rem}h1{font-size:1.6rem}h2{font-size:1.2rem;margin-top:2rem}
 .scroll{overflow-x:auto}table{border-collapse:collapse}
-#matrix th,#matrix td{border:1px solid #ccc;padding:.3rem .45rem;vertical-align:top;text-align:left}
-#matrix thead th{position:sticky;top:0;background:#f4f4f4;z-index:1}
+#matrix>thead>tr>th,#matrix>tbody>tr>th,#matrix>tbody>tr>td{border:1px solid #ccc;padding:.3rem .45rem;vertical-align:top;
+  text-align:left}
+#matrix>thead>tr>th{position:sticky;top:0;background:#f4f4f4;z-index:1}
 th.col{min-width:11rem}.versions,.runs,.desc{font-weight:normal;font-size:.8rem;color:#444}
 .flag{font-size:.8rem;font-weight:bold;margin-top:.2rem}.flag.unhealthy::before,.flag.unavailable::before{content:"⚠ "}
 td.shim{font-size:.8rem;color:#444}
@@ -345,7 +348,7 @@ _JS = """
   var shim = document.getElementById("filter-shim");
   var status = document.getElementById("filter-status");
   var count = document.getElementById("filter-count");
-  var rows = Array.prototype.slice.call(document.querySelectorAll("#matrix tbody tr"));
+  var rows = Array.prototype.slice.call(document.querySelectorAll("#matrix tr.probe-row"));
   function applyFilters() {
     var shown = 0;
     rows.forEach(function (tr) {

@@ -68,6 +68,7 @@ def run_probes(
     seed: int = 0,
     simulated: bool | None = None,
     argv: Sequence[str] = (),
+    modules: Sequence[str] = (),
     progress: Progress | None = None,
     python: str = sys.executable,
 ) -> Run:
@@ -75,18 +76,22 @@ def run_probes(
 
     :param timeout: seconds one probe may take before its worker is killed.
     :param simulated: force (or deny) "fake" results; None reads the plugin's declaration.
+    :param modules: extra importable modules whose ``PROBES`` lists join the catalogue.
     """
     started = datetime.now(timezone.utc)
     clock = time.perf_counter()
     problems: list[str] = []
-    probes = catalog.select(catalog.all_probes(problems), only)
+    probes = catalog.select(catalog.all_probes(problems, modules=modules), only)
     progress = progress or Progress(len(probes))
+    progress.total = len(probes)
     state = _State(notices=list(problems))
     pending = [p.name for p in probes]
     starts_without_progress = 0
     while pending and state.setup_error is None and state.gated is None:
         done_before = len(state.results)
-        _run_worker(pending, state, probes, timeout, seed, simulated, progress, python)
+        _run_worker(
+            pending, state, probes, timeout, {"seed": seed, "simulated": simulated, "modules": list(modules)}, progress, python
+        )
         pending = [p.name for p in probes if p.name not in state.results]
         starts_without_progress = 0 if len(state.results) > done_before else starts_without_progress + 1
         if pending and starts_without_progress >= MAX_WORKER_STARTS_WITHOUT_PROGRESS:
@@ -106,8 +111,7 @@ def _run_worker(
     state: _State,
     probes: list[Probe],
     timeout: float,
-    seed: int,
-    simulated: bool | None,
+    request: dict[str, Any],
     progress: Progress,
     python: str,
 ) -> None:
@@ -125,7 +129,7 @@ def _run_worker(
         env=env,
     )
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(protocol.encode("request", probes=names, seed=seed, simulated=simulated)[len(protocol.MARKER) :])
+    proc.stdin.write(protocol.encode("request", probes=names, **request)[len(protocol.MARKER) :])
     proc.stdin.close()
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()

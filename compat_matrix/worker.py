@@ -122,7 +122,7 @@ def main() -> int:
     from anydevice.compat_matrix.schema import Status
 
     problems: list[str] = []
-    by_name = {p.name: p for p in all_probes(problems)}
+    by_name = {p.name: p for p in all_probes(problems, modules=request.get("modules", []))}
     for problem in problems:
         channel.send("notice", message=problem)
     simulated = request.get("simulated")

@@ -1,0 +1,68 @@
+"""The probe catalogue: enough probes over every shim, selection, and probes from plugins."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from anydevice.compat_matrix import catalog
+from anydevice.compat_matrix.probe import SHIMS, Probe
+from anydevice.hookspecs import hookimpl
+from anydevice.registry import Registry, reset_registry
+
+
+def _noop(ctx: object) -> None:
+    return None
+
+
+def test_at_least_fifty_unique_probes_over_every_group() -> None:
+    probes = catalog.builtin_probes()
+    names = [p.name for p in probes]
+    assert len(probes) >= 50
+    assert len(set(names)) == len(names)
+    assert names[0] == catalog.SANITY_NAME
+    assert {p.shim for p in probes} == set(SHIMS)
+    assert all(p.description for p in probes)
+
+
+def test_select_keeps_sanity_first_and_matches_globs_substrings_and_shims() -> None:
+    probes = catalog.builtin_probes()
+    picked = [p.name for p in catalog.select(probes, "matmul")]
+    assert picked[0] == "sanity" and "matmul" in picked and all("matmul" in n for n in picked[1:])
+    assert {p.shim for p in catalog.select(probes, "collectives")} == {"sanity", "collectives"}
+    picked = [p.name for p in catalog.select(probes, "dtype_float*, sdpa")]
+    assert picked[0] == "sanity" and "sdpa" in picked and "dtype_float16" in picked and "matmul" not in picked
+    assert len(catalog.select(probes, None)) == len(probes)
+
+
+@pytest.mark.parametrize("name", ["Upper", "has space", "", "x" * 101])
+def test_probe_names_are_validated(name: str) -> None:
+    with pytest.raises(ValueError, match="must match"):
+        Probe(name, "ops", _noop)
+
+
+def test_plugin_probes_come_through_the_hook() -> None:
+    plugin = types.ModuleType("probe_plugin")
+
+    @hookimpl
+    def anydevice_register_probes(register):  # type: ignore[no-untyped-def]
+        register(Probe("myplugin_special", "ops", _noop, description="from a plugin"))
+        register(Probe("matmul", "ops", _noop))  # a clash with a built-in: dropped and reported
+        register("not a probe")
+
+    plugin.anydevice_register_probes = anydevice_register_probes  # type: ignore[attr-defined]
+    reset_registry(Registry(plugins=[("probe_plugin", plugin, None)]))
+    problems: list[str] = []
+    probes = catalog.all_probes(problems)
+    names = [p.name for p in probes]
+    assert "myplugin_special" in names and names.count("matmul") == 1
+    assert any("registered twice" in p for p in problems)
+    assert any("not an anydevice.compat_matrix.probe.Probe" in p for p in problems)
+
+
+def test_module_probes_and_their_problems() -> None:
+    problems: list[str] = []
+    probes = catalog.all_probes(problems, with_plugins=False, modules=["tests.compat_matrix.crashy_probes", "no_such_module_xyz"])
+    assert "zz_crash" in [p.name for p in probes]
+    assert any("no_such_module_xyz" in p for p in problems)
