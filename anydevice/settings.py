@@ -134,3 +134,12 @@ def allowed_plugins() -> frozenset[str] | None:
     if value is None:
         return None
     return frozenset(part.strip() for part in value.split(",") if part.strip())
+
+
+def markdown_table() -> str:
+    """The README's table of every variable (kept current by ``scripts/update-readme``)."""
+    rows = ["| variable | owner | meaning |", "|---|---|---|"]
+    for s in sorted(ALL, key=lambda s: (s.owner != "anydevice", s.name)):
+        default = f" Default: `{s.default}`." if s.default else ""
+        rows.append(f"| `{s.name}` | {s.owner} | {s.doc}{default} |")
+    return "\n".join(rows)
