@@ -73,3 +73,13 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["probe", "--list", "--only", "collectives"]) == 0
     listed = capsys.readouterr().out
     assert "all_reduce" in listed and "sanity" in listed and "matmul" not in listed
+
+
+def test_progress_bar_on_a_terminal_and_plain_lines_otherwise() -> None:
+    tty, plain = io.StringIO(), io.StringIO()
+    for stream, is_tty in ((tty, True), (plain, False)):
+        progress = Progress(2, stream=stream, tty=is_tty)
+        progress.result(result("matmul"))
+        progress.result(result("sdpa", Status.FAIL))
+    assert "\r[" in tty.getvalue() and "2/2" in tty.getvalue() and "fail" in tty.getvalue()
+    assert plain.getvalue().splitlines()[0].startswith("[1/2] ✔ pass") and "\r" not in plain.getvalue()
