@@ -1,0 +1,462 @@
+"""One implementation of the four shims for lazy XLA devices (torch_xla on any PJRT device).
+
+Every plugin that runs on torch_xla (``xla``, ``tpu``'s torch_xla fallback, ``neuron`` before
+torch-neuronx 2.14) describes its device with an :class:`XlaVendor` table and calls, in order:
+
+1. :func:`prepare_environment` (from its ``DeviceSpec.prepare_environment``): sets
+   ``PJRT_DEVICE`` when the user did not, refuses a conflicting one, and sets the vendor's
+   compiler-cache variable. Imports neither torch nor torch_xla.
+2. :func:`xla_shims` (from its ``DeviceSpec.load``): runs the version preflight (torch_xla x.y
+   must pair with torch x.y) *before* importing torch_xla, then returns the four shims.
+
+What the shims do: the device is ``torch_xla.device()``; ``ad.step()`` is ``torch_xla.sync()``;
+``ad.synchronize()`` waits for the launched graphs; data loaders are wrapped in
+``MpDeviceLoader``; ``ad.save`` moves everything to CPU in one batched transfer (``xm.save``)
+and writes once, atomically, on global rank 0; autocast is bf16; compile is
+``torch.compile(backend="openxla", dynamic=False)`` with torch_xla's persistent cache
+(``xr.initialize_cache``) under ``ANYDEVICE_CACHE_DIR/xla/<pjrt>``; the process group is
+``xla`` with ``init_method="xla://"``; the profiler is ``torch_xla.debug.profiler`` (an
+``xp.start_trace`` session with one ``xp.StepTrace`` per ``ad.step()``), writing ``.xplane.pb``
+and ``.trace.json.gz``.
+
+torch is imported only inside functions, so :func:`prepare_environment` runs before it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from anydevice import settings
+from anydevice.errors import DeviceUnavailableError, UnsupportedFeatureError, VersionMismatchError
+from anydevice.shims.contracts import MemoryStats, Shims, TraceSession
+
+if TYPE_CHECKING:
+    import torch
+
+T = TypeVar("T")
+
+PJRT_DEVICES = ("CPU", "TPU", "CUDA", "NEURON")
+"""PJRT runtimes torch_xla 2.9 can select with ``PJRT_DEVICE``."""
+
+XPROF = "XProf or TensorBoard's profile plugin (`xprof --logdir DIR`); the .trace.json.gz opens in Perfetto"
+
+
+def _no_launch_env(local_rank: int, local_world_size: int) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class XlaVendor:
+    """What differs between devices that run on torch_xla: a table of names and calls.
+
+    :param name: the anydevice device name, for messages (``xla``, ``tpu``, ``neuron``).
+    :param pjrt_device: the PJRT runtime (``CPU``, ``TPU``, ``CUDA``, ``NEURON``). A user's
+        ``PJRT_DEVICE`` must agree with it (the ``xla`` plugin passes the user's own value).
+    :param chip: the chip's marketing name (``TPU v5e``), or None; keys ``peak_tflops``.
+    :param peak_tflops: dense bf16 TFLOP/s per chip name; a chip not in it has no peak (MFU unknown).
+    :param persistent_cache: use torch_xla's persistent compilation cache (``xr.initialize_cache``).
+        Off on PJRT CPU, whose executables cannot be deserialised by a later process.
+    :param compile_cache_env: a variable the vendor's compiler reads for its own cache directory
+        (``NEURON_COMPILE_CACHE_URL``); set before import to ``ANYDEVICE_CACHE_DIR/<name>`` unless set.
+    :param launcher: how ``anydevice run`` starts N processes.
+    :param launch_env: extra variables a launcher sets for one local rank (visible cores, ...).
+    :param multiprocess: False where several processes cannot share the runtime (PJRT CPU).
+    :param lockstep: packages whose x.y must equal torch's x.y, checked before any is imported.
+    :param versions: more versions to report (``libtpu``, ``torch-neuronx``).
+    :param setup: called after torch_xla is imported, before the shims are built (vendor imports).
+    """
+
+    name: str
+    pjrt_device: str
+    chip: Callable[[], str | None] = lambda: None
+    peak_tflops: Mapping[str, float] = field(default_factory=dict)
+    persistent_cache: bool = True
+    compile_cache_env: str | None = None
+    launcher: str = "torchrun"
+    launch_env: Callable[[int, int], dict[str, str]] = _no_launch_env
+    multiprocess: bool = True
+    lockstep: tuple[str, ...] = ("torch_xla",)
+    versions: Callable[[], dict[str, str]] = lambda: {}
+    setup: Callable[[], None] | None = None
+
+
+def requested_pjrt_device(default: str = "CPU") -> str:
+    """The PJRT runtime the user asked for with ``PJRT_DEVICE`` (upper case), else ``default``."""
+    return (settings.PJRT_DEVICE.get() or default).upper()
+
+
+def preflight(vendor: XlaVendor) -> None:
+    """Check that every lockstep package pairs with torch, reading metadata only (nothing imported).
+
+    Raises :class:`VersionMismatchError` naming both versions and the pair to install, instead of
+    the undefined-symbol crash a mismatched torch_xla gives at import.
+    """
+    from anydevice.shims.versions import check_pair
+
+    for package in vendor.lockstep:
+        pair = check_pair(package)
+        if pair is None:
+            raise DeviceUnavailableError(
+                vendor.name, f"{package} is not installed",
+                "pip install torch_xla with the torch of the same major.minor (e.g. torch==2.9.0 torch_xla==2.9.0)",
+                problem="package_missing",
+            )
+        if not pair.ok:
+            raise VersionMismatchError(vendor.name, package, pair.package_version, pair.torch_version, pair.fix or pair.reason)
+
+
+def prepare_environment(vendor: XlaVendor) -> None:
+    """Set what torch_xla reads at import: ``PJRT_DEVICE`` (unless the user set it) and the compile cache.
+
+    A ``PJRT_DEVICE`` that names another runtime than the selected device raises
+    :class:`DeviceUnavailableError` (e.g. ``ANYDEVICE=tpu`` with ``PJRT_DEVICE=CPU``).
+    """
+    want = vendor.pjrt_device.upper()
+    if want not in PJRT_DEVICES:
+        raise DeviceUnavailableError(
+            vendor.name, f"PJRT_DEVICE={vendor.pjrt_device} is not a PJRT runtime torch_xla knows",
+            f"Set PJRT_DEVICE to one of {', '.join(PJRT_DEVICES)}.", problem="unsupported_platform",
+        )
+    have = settings.PJRT_DEVICE.get()
+    if have is None:
+        os.environ[settings.PJRT_DEVICE.name] = want
+    elif have.upper() != want:
+        raise DeviceUnavailableError(
+            vendor.name, f"it runs on PJRT_DEVICE={want} but PJRT_DEVICE={have} is set",
+            f"Unset PJRT_DEVICE (anydevice sets it), or select the device that PJRT_DEVICE={have} means "
+            "(ANYDEVICE=xla runs any PJRT device).",
+            problem="disabled",
+        )
+    env = vendor.compile_cache_env
+    if env and not os.environ.get(env):
+        os.environ[env] = str(settings.cache_dir(vendor.name))
+
+
+def _single_process_error(vendor: XlaVendor, processes: int) -> UnsupportedFeatureError:
+    return UnsupportedFeatureError(
+        f"{vendor.name} on PJRT_DEVICE={vendor.pjrt_device} runs one process, but {processes} were requested: "
+        "torch_xla's CPU runtime gives every rank world size 1 and its collectives abort at rendezvous.",
+        "Run one process (plain `python`), or test multi-process code with ANYDEVICE=cpu (gloo).",
+    )
+
+
+class XlaPlacement:
+    """Placement on a lazy XLA device: ops are traced until ``step()`` cuts and launches the graph."""
+
+    device_type = "xla"
+
+    def __init__(self, vendor: XlaVendor) -> None:
+        self.vendor = vendor
+        self.tracer: _StepTracer | None = None  # set while ad.profile() records
+
+    def device(self, index: int | None = None) -> torch.device:
+        import torch_xla
+
+        return torch_xla.device(index)  # type: ignore[no-any-return]
+
+    def device_count(self) -> int:
+        import torch_xla
+
+        return int(torch_xla.device_count())
+
+    def set_device(self, index: int) -> None:
+        """PJRT binds each process to its devices at start-up: only checks that ``index`` exists."""
+        count = self.device_count()
+        if not 0 <= index < count:
+            raise UnsupportedFeatureError(
+                f"xla:{index} does not exist: this process sees {count} {self.vendor.pjrt_device} device(s).",
+                "Use an index below the count, or launch one process per device with `anydevice run -n N`.",
+            )
+
+    def synchronize(self) -> None:
+        import torch_xla.core.xla_model as xm
+
+        xm.wait_device_ops()
+
+    def step(self) -> None:
+        import torch_xla
+        import torch_xla.debug.profiler as xp
+
+        if self.tracer is not None:
+            self.tracer.step()  # an xp.StepTrace around the sync
+        else:
+            torch_xla.sync()
+        # Tell MpDeviceLoader the step was marked, so its next batch does not sync a second time.
+        xp.set_tracer_marked_step(True)
+
+    def manual_seed(self, seed: int) -> None:
+        import torch
+        import torch_xla
+
+        random.seed(seed)
+        torch.manual_seed(seed)
+        torch_xla.manual_seed(seed)
+
+    def autocast_dtype(self) -> torch.dtype:
+        import torch
+
+        return torch.bfloat16
+
+    def autocast(self, dtype: torch.dtype | None = None, enabled: bool = True) -> AbstractContextManager[Any]:
+        import torch
+
+        return torch.autocast("xla", dtype=dtype or self.autocast_dtype(), enabled=enabled)
+
+    def memory_stats(self) -> MemoryStats:
+        import torch_xla.core.xla_model as xm
+
+        try:
+            info = dict(xm.get_memory_info(self.device()))
+        except RuntimeError as exc:  # PJRT CPU: "GetAllocatorStats is not supported" (UNIMPLEMENTED)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return MemoryStats(reason=f"xla: the PJRT {self.vendor.pjrt_device} runtime reports no memory statistics ({first})")
+        names = {"bytes_used": "allocated_bytes", "peak_bytes_used": "peak_allocated_bytes", "bytes_limit": "total_bytes"}
+        return MemoryStats({new: int(info[old]) for old, new in names.items() if old in info})
+
+    def data_loader(self, loader: Iterable[T]) -> Iterable[T]:
+        import torch_xla.distributed.parallel_loader as pl
+
+        return pl.MpDeviceLoader(loader, self.device())  # type: ignore[no-any-return]
+
+    def save(self, obj: Any, path: Path) -> None:
+        """``xm.save`` (one batched transfer to CPU) into a temporary file, then an atomic rename; rank 0 only."""
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+        if xr.global_ordinal() != 0:
+            return
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                xm.save(obj, handle, master_only=False)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+class XlaCompilation:
+    """``torch.compile(backend="openxla", dynamic=False)``; torch_xla's persistent cache where it works."""
+
+    backend = "openxla"
+
+    def __init__(self, vendor: XlaVendor) -> None:
+        self.vendor = vendor
+
+    def cache_dir(self) -> Path | None:
+        if self.vendor.persistent_cache:
+            return settings.cache_dir("xla", self.vendor.pjrt_device.lower())
+        env = self.vendor.compile_cache_env
+        return Path(os.environ[env]) if env and os.environ.get(env) else None
+
+    def initialize_cache(self) -> None:
+        """Point torch_xla's persistent cache at :meth:`cache_dir` (before the first computation)."""
+        import torch_xla.runtime as xr
+
+        if self.vendor.persistent_cache:
+            try:
+                xr.initialize_cache(str(self.cache_dir()), readonly=False)
+            except AssertionError:
+                pass  # a computation already initialised the cache (torch_xla used before anydevice)
+
+    def compile(self, model: T, **options: Any) -> T:
+        import torch
+
+        kwargs = {"backend": self.backend, "dynamic": False, **options}
+        return torch.compile(model, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+class XlaCollectives:
+    """Process group ``xla`` over ``xla://``; DDP with gradients as bucket views; no FSDP2."""
+
+    backend = "xla"
+    init_method = "xla://"
+    mesh_device_type = "xla"
+
+    def __init__(self, vendor: XlaVendor) -> None:
+        self.vendor = vendor
+        self.launcher = vendor.launcher
+
+    def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
+        if local_world_size > 1 and not self.vendor.multiprocess:
+            raise _single_process_error(self.vendor, local_world_size)
+        return self.vendor.launch_env(local_rank, local_world_size)
+
+    def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
+        from anydevice.shims import parallel
+
+        if strategy == "ddp":
+            options.setdefault("gradient_as_bucket_view", True)
+            return parallel.ddp(model, device_ids=None, **options)
+        if strategy == "fsdp":
+            raise UnsupportedFeatureError(
+                f"FSDP2 (fully_shard) does not run on {self.vendor.name} (torch_xla): its DeviceMesh process groups "
+                "are not initialised on XLA devices.",
+                "Use wrap(model, 'ddp'), or torch_xla's own sharding (torch_xla.distributed.spmd / fsdp) directly.",
+            )
+        raise UnsupportedFeatureError(f"Unknown wrapping strategy '{strategy}'.", "Use 'ddp' or 'fsdp'.")
+
+
+class _StepTracer:
+    """An ``xp.start_trace`` session that turns each ``ad.step()`` into an ``xp.StepTrace``.
+
+    The StepTrace wraps only the sync: torch_xla raises when a sync (MpDeviceLoader makes one at
+    the end of an epoch) happens inside an open trace scope. ``wait`` (plus ``warmup``) steps are
+    skipped before recording starts; ``active`` steps are recorded (None: until the block ends).
+    """
+
+    def __init__(self, directory: Path, wait: int, active: int | None) -> None:
+        self.directory = directory
+        self.wait = wait
+        self.active = active
+        self.steps = 0
+        self.recording = False
+        self.done = False
+
+    def start(self) -> None:
+        import torch_xla.debug.profiler as xp
+
+        xp.start_trace(str(self.directory))
+        self.recording = True
+
+    def stop(self) -> None:
+        import torch_xla
+        import torch_xla.debug.profiler as xp
+
+        if self.recording:
+            torch_xla.sync()
+            xp.stop_trace()
+            self.recording, self.done = False, True
+
+    def step(self) -> None:
+        import torch_xla
+        import torch_xla.debug.profiler as xp
+
+        if self.recording:
+            with xp.StepTrace("train_step", step_num=self.steps):
+                pass  # StepTrace's exit is torch_xla.sync(), recorded as this step
+        else:
+            torch_xla.sync()
+        self.steps += 1
+        if self.recording and self.active is not None and self.steps >= self.wait + self.active:
+            self.stop()
+        elif not self.recording and not self.done and self.steps == self.wait:
+            self.start()
+
+
+class XlaProfiling:
+    """torch_xla's profiler (``torch_xla.debug.profiler``); peak FLOP/s from the vendor's table."""
+
+    def __init__(self, vendor: XlaVendor, placement: XlaPlacement) -> None:
+        self.vendor = vendor
+        self.placement = placement
+        self._server: Any = None
+
+    def trace(self, directory: Path, **options: Any) -> AbstractContextManager[TraceSession]:
+        return self._trace(Path(directory), **options)
+
+    @contextmanager
+    def _trace(
+        self, directory: Path, *, wait: int | None = None, warmup: int = 0, active: int | None = None,
+        port: int | None = None, **unsupported: Any,
+    ) -> Iterator[TraceSession]:
+        asked = sorted(k for k, v in unsupported.items() if v)
+        if asked:
+            raise UnsupportedFeatureError(
+                f"torch_xla's profiler has no option {', '.join(asked)}.",
+                "Supported: wait, warmup, active (steps, advanced by ad.step()) and port (an XProf capture server).",
+            )
+        if self.placement.tracer is not None:
+            raise UnsupportedFeatureError("A torch_xla trace is already recording in this process.", "Do not nest ad.profile().")
+        if port is not None and self._server is None:
+            import torch_xla.debug.profiler as xp
+
+            self._server = xp.start_server(port)  # lets XProf/TensorBoard capture this process remotely
+        directory.mkdir(parents=True, exist_ok=True)
+        started = time.time_ns()
+        session = TraceSession(directory=directory, viewer=XPROF, tool="torch_xla.debug.profiler")
+        tracer = _StepTracer(directory, (wait or 0) + warmup, active)
+        if tracer.wait == 0:
+            tracer.start()
+        self.placement.tracer = tracer
+        try:
+            yield session
+        finally:
+            self.placement.tracer = None
+            tracer.stop()
+            session.files.extend(
+                p for p in sorted(directory.rglob("*")) if p.is_file() and p.stat().st_mtime_ns >= started - 1_000_000_000
+            )
+
+    def record(self, name: str) -> AbstractContextManager[None]:
+        """An ``xp.Trace(name)`` span while a trace records; nothing otherwise.
+
+        Outside a trace a span would only cost: torch_xla raises when a sync happens inside one.
+        """
+        tracer = self.placement.tracer
+        if tracer is None or not tracer.recording:
+            return nullcontext()
+        import torch_xla.debug.profiler as xp
+
+        return xp.Trace(name)  # type: ignore[no-any-return]
+
+    def chip(self) -> str | None:
+        return self.vendor.chip()
+
+    def peak_flops(self, dtype: torch.dtype) -> float | None:
+        import torch
+
+        if dtype not in (torch.bfloat16, torch.float16):
+            return None
+        chip = self.chip()
+        tflops = self.vendor.peak_tflops.get(chip) if chip else None
+        return tflops * 1e12 if tflops is not None else None
+
+
+def xla_shims(vendor: XlaVendor) -> Shims:
+    """The four shims for a torch_xla device described by ``vendor``.
+
+    Runs :func:`preflight` before importing torch_xla, refuses a multi-process launch where the
+    runtime cannot take one, imports the process-group backend, and points the persistent compile
+    cache at its directory. Call :func:`prepare_environment` first (``DeviceSpec.prepare_environment``).
+    """
+    preflight(vendor)
+    world = int(settings.WORLD_SIZE.get() or 1)
+    if world > 1 and not vendor.multiprocess:
+        raise _single_process_error(vendor, world)
+    import torch
+    import torch_xla
+    import torch_xla.distributed.xla_backend  # registers the "xla" process-group backend
+    import torch_xla.runtime as xr
+
+    if vendor.setup is not None:
+        vendor.setup()
+    runtime = str(xr.device_type() or "").upper()
+    if runtime != vendor.pjrt_device.upper():
+        raise DeviceUnavailableError(
+            vendor.name, f"torch_xla started the PJRT {runtime or 'unknown'} runtime, not {vendor.pjrt_device}",
+            "torch_xla was initialised before anydevice set PJRT_DEVICE: select the device before using torch_xla.",
+            problem="plugin_error",
+        )
+    placement = XlaPlacement(vendor)
+    compilation = XlaCompilation(vendor)
+    compilation.initialize_cache()
+    return Shims(
+        placement=placement,
+        compilation=compilation,
+        collectives=XlaCollectives(vendor),
+        profiling=XlaProfiling(vendor, placement),
+        versions={"torch": torch.__version__, "torch_xla": str(torch_xla.__version__), **vendor.versions()},
+    )
