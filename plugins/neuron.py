@@ -16,7 +16,6 @@ from typing import Any
 
 from anydevice import settings
 from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.errors import NotBuiltError
 from anydevice.hookspecs import hookimpl
 from anydevice.shims import detect as d
 from anydevice.shims import versions
@@ -91,7 +90,9 @@ def prepare_environment() -> None:
     if version is not None and is_native(version):
         env[settings.TORCH_NEURONX_NEFF_CACHE_DIR.name] = str(settings.cache_dir("neuron-neff"))
     else:
-        env[settings.PJRT_DEVICE.name] = "NEURON"
+        from anydevice.shims import lazy_xla
+
+        lazy_xla.prepare_environment(xla_vendor())  # PJRT_DEVICE=NEURON, or an error if it names another runtime
         flags = settings.NEURON_CC_FLAGS.get() or ""
         if "--cache_dir" not in flags:  # keep the user's flags, add the cache
             os.environ[settings.NEURON_CC_FLAGS.name] = f"{flags} --cache_dir={settings.cache_dir('neuron-cc')}".strip()
@@ -144,16 +145,24 @@ def _load_native() -> Shims:
     )
 
 
+def xla_vendor() -> Any:
+    """The XLA-based path's table for the shared lazy-XLA shims."""
+    from anydevice.shims.lazy_xla import XlaVendor
+
+    return XlaVendor(
+        name="neuron",
+        pjrt_device="NEURON",
+        persistent_cache=False,  # neuronx-cc keeps its own NEFF cache (NEURON_CC_FLAGS --cache_dir)
+        launch_env=lambda rank, size: dict(rank_cores(rank)),
+        lockstep=("torch_xla", DISTRIBUTION),
+        versions=_versions,
+    )
+
+
 def _load_xla() -> Shims:
-    try:
-        from anydevice.shims.lazy_xla import xla_shims
-    except ImportError as exc:
-        raise NotBuiltError(
-            "The neuron plugin's XLA path (torch-neuronx < 2.14) needs the shared XLA shims, which are not built yet.",
-            "Use torch-neuronx 2.14+ (native TorchNeuron).",
-        ) from exc
-    shims: Shims = xla_shims("NEURON", peak_tflops=PEAK_BF16_TFLOPS, launch_env=_launch_env)
-    return shims
+    from anydevice.shims.lazy_xla import xla_shims
+
+    return xla_shims(xla_vendor())
 
 
 def load() -> Shims:

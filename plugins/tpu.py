@@ -15,9 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from anydevice import settings
 from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.errors import DeviceUnavailableError, NotBuiltError
+from anydevice.errors import DeviceUnavailableError
 from anydevice.hookspecs import hookimpl
 from anydevice.shims import detect as d
 from anydevice.shims import versions
@@ -68,9 +67,11 @@ def detect() -> Detection:
 
 
 def prepare_environment() -> None:
-    """torch_xla fallback only: PJRT_DEVICE=TPU before torch_xla is imported (a value the user set wins)."""
-    if not d.installed("torch_tpu") and settings.PJRT_DEVICE.get() is None:
-        os.environ[settings.PJRT_DEVICE.name] = "TPU"
+    """torch_xla fallback only: PJRT_DEVICE=TPU before torch_xla is imported (a conflicting value is an error)."""
+    if not d.installed("torch_tpu"):
+        from anydevice.shims import lazy_xla
+
+        lazy_xla.prepare_environment(xla_vendor())
 
 
 def load_torch_tpu() -> ModuleType:
@@ -112,7 +113,7 @@ def _launch_env(local_rank: int, local_world_size: int) -> dict[str, str]:
 
 
 def _versions() -> dict[str, str]:
-    return {"torch_tpu": d.version_of("torch_tpu") or "unknown", "libtpu": d.version_of("libtpu") or "unknown"}
+    return {p: v for p in ("torch_tpu", "libtpu") if (v := d.version_of(p))}
 
 
 def _load_native() -> Shims:
@@ -131,6 +132,7 @@ def _load_native() -> Shims:
             device_type="tpu",
             compile_backend="tpu",  # torch_tpu rejects inductor on TPU inputs
             dist_backend="tpu",
+            launcher="spawn",  # set_tpu_launch_env in the parent (launch_env), then spawn: fork raises
             launch_env=_launch_env,
             profiler_config=_profiler_config,
             profiler_viewer=XPROF,
@@ -142,16 +144,17 @@ def _load_native() -> Shims:
     )
 
 
+def xla_vendor() -> Any:
+    """The torch_xla fallback's table for the shared lazy-XLA shims."""
+    from anydevice.shims.lazy_xla import XlaVendor
+
+    return XlaVendor(name="tpu", pjrt_device="TPU", chip=_chip, peak_tflops=PEAK_BF16_TFLOPS, versions=_versions)
+
+
 def _load_xla() -> Shims:
-    try:
-        from anydevice.shims.lazy_xla import xla_shims
-    except ImportError as exc:  # the shared XLA shims are built in another issue
-        raise NotBuiltError(
-            "The tpu plugin's torch_xla path needs the shared XLA shims (anydevice.shims.lazy_xla), which are not built yet.",
-            "Install torch_tpu to use TorchTPU instead.",
-        ) from exc
-    shims: Shims = xla_shims("TPU", chip=_chip, peak_tflops=PEAK_BF16_TFLOPS)
-    return shims
+    from anydevice.shims.lazy_xla import xla_shims
+
+    return xla_shims(xla_vendor())
 
 
 def load() -> Shims:

@@ -46,7 +46,9 @@ def test_reasons_are_distinct() -> None:
     }
     assert set(reasons) == {"package_and_hardware_missing", "no_hardware", "hardware_without_package"}
     assert "native TorchNeuron" in reasons["no_hardware"]
-    mismatch = PairCheck("torch-neuronx", XLA_BASED, "2.13.0", False, "torch-neuronx needs torch 2.9.x", "pip install torch==2.9.*")
+    mismatch = PairCheck(
+        "torch-neuronx", XLA_BASED, "2.13.0", False, "torch-neuronx needs torch 2.9.x", "pip install torch==2.9.*"
+    )
     assert neuron.classify(XLA_BASED, ["/dev/neuron0"], mismatch).problem == "version_mismatch"
     ok = neuron.classify(NATIVE, ["/dev/neuron0", "/dev/neuron1"])
     assert ok.available and ok.count == 2 and "native TorchNeuron" in ok.reason
@@ -118,16 +120,26 @@ def test_native_load_uses_the_documented_calls(fake_native: Path, tmp_path: Path
 
 
 def test_user_set_core_variables_win(fake_native: Path, tmp_path: Path) -> None:
-    env = {"ANYDEVICE_CACHE_DIR": str(tmp_path), "LOCAL_RANK": "1", "WORLD_SIZE": "2", "NEURON_RT_VISIBLE_CORES": "4-5",
-           "NEURON_RT_NUM_CORES": "2", "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "mine")}
+    env = {
+        "ANYDEVICE_CACHE_DIR": str(tmp_path),
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "2",
+        "NEURON_RT_VISIBLE_CORES": "4-5",
+        "NEURON_RT_NUM_CORES": "2",
+        "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "mine"),
+    }
     code = (
         "import json, os\nfrom anydevice.plugins import neuron\nneuron.prepare_environment()\n"
         "print(json.dumps({k: os.environ.get(k) for k in "
         "('NEURON_RT_VISIBLE_CORES', 'NEURON_RT_NUM_CORES', 'TORCH_NEURONX_NEFF_CACHE_DIR', 'PJRT_DEVICE')}))"
     )
     out = _json(python("-c", code, pythonpath=fake_native, env=env))
-    assert out == {"NEURON_RT_VISIBLE_CORES": "4-5", "NEURON_RT_NUM_CORES": "2",
-                   "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "mine"), "PJRT_DEVICE": None}
+    assert out == {
+        "NEURON_RT_VISIBLE_CORES": "4-5",
+        "NEURON_RT_NUM_CORES": "2",
+        "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "mine"),
+        "PJRT_DEVICE": None,
+    }
 
 
 def test_xla_based_prepares_pjrt_and_the_compiler_cache(fake_xla: Path, tmp_path: Path) -> None:
@@ -145,8 +157,13 @@ def test_xla_based_prepares_pjrt_and_the_compiler_cache(fake_xla: Path, tmp_path
 
 
 def test_cli_keeps_autoload_from_importing_the_fake_for_cpu(fake_native: Path) -> None:
-    plain = _json(python("-c", "import json, sys, torch; print(json.dumps({'imported': 'torch_neuronx' in sys.modules}))",
-                         pythonpath=fake_native))
+    plain = _json(
+        python(
+            "-c",
+            "import json, sys, torch; print(json.dumps({'imported': 'torch_neuronx' in sys.modules}))",
+            pythonpath=fake_native,
+        )
+    )
     assert plain["imported"] is True  # torch's backend autoload imports it in an uncontrolled process
     proc = anydevice_cli("info", "--json", pythonpath=fake_native, env={"ANYDEVICE": "cpu"})
     assert proc.returncode == 0, proc.stderr

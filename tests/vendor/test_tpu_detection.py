@@ -63,7 +63,14 @@ def test_available_prefers_torchtpu_and_names_the_generation() -> None:
 
 
 def test_a_version_mismatch_is_its_own_reason() -> None:
-    pair = PairCheck("torch_tpu", "0.2.0", "2.9.0", False, "torch_tpu 0.2.0 needs torch>=2.11 but torch 2.9.0 is installed", "pip install torch")
+    pair = PairCheck(
+        "torch_tpu",
+        "0.2.0",
+        "2.9.0",
+        False,
+        "torch_tpu 0.2.0 needs torch>=2.11 but torch 2.9.0 is installed",
+        "pip install torch",
+    )
     result = tpu.classify(native=True, xla=False, chips=["v5p"], pair=pair)
     assert not result.available and result.problem == "version_mismatch" and "needs torch" in result.reason
 
@@ -87,7 +94,8 @@ def test_detect_here_matches_what_is_installed() -> None:
 def test_detection_imports_neither_torch_nor_torch_tpu() -> None:
     code = (
         "import json, sys\nfrom anydevice.plugins import tpu\nr = tpu.detect()\n"
-        "print(json.dumps({'reason': r.reason, 'mods': sorted(m for m in ('torch', 'torch_tpu', 'torch_xla') if m in sys.modules)}))"
+        "mods = sorted(m for m in ('torch', 'torch_tpu', 'torch_xla') if m in sys.modules)\n"
+        "print(json.dumps({'reason': r.reason, 'mods': mods}))"
     )
     proc = python("-c", code)
     assert proc.returncode == 0, proc.stderr

@@ -60,7 +60,6 @@ def _register() -> None:
 
     import torch.distributed as dist
     from torch._dynamo import register_backend
-
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     module = types.ModuleType("torch.neuron")
