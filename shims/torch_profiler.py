@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,7 +100,7 @@ def torch_profiler_trace(
     if experimental_config is not None:
         kwargs["experimental_config"] = experimental_config
     if scheduled:
-        kwargs["schedule"] = schedule(wait=wait or 0, warmup=warmup or 0, active=active or 1, repeat=1)
+        kwargs["schedule"] = _schedule(wait or 0, warmup, active or 1)
         kwargs["on_trace_ready"] = export
     with profile(**kwargs) as prof:
         session.prof = prof
@@ -111,6 +112,16 @@ def torch_profiler_trace(
         export(prof)
     session.files.extend(_vendor_files(directory, session.files, started_ns))
     session.viewer = viewers_for(session.files, viewer)
+
+
+def _schedule(wait: int, warmup: int | None, active: int) -> Any:
+    """One wait/warmup/active cycle. Unless told, one of the waiting steps warms the profiler up
+    (the same number of steps, fewer skewed events); with nothing to wait, there is no warm-up."""
+    if warmup is None:
+        warmup, wait = (1, wait - 1) if wait > 0 else (0, 0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Profiler won't be using warmup", UserWarning)  # a warm-up of 0 is asked for
+        return schedule(wait=wait, warmup=warmup, active=active, repeat=1)
 
 
 def _vendor_files(directory: Path, ours: list[Path], started_ns: int) -> list[Path]:
