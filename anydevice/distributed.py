@@ -64,6 +64,20 @@ def _int_setting(setting: settings.Setting, default: int) -> int:
         raise DistributedError(f"{setting.name}={value!r} is not an integer.", "Fix or unset it.") from None
 
 
+def _env_store(dist: Any, rank: int, world: int, timeout: Any) -> dict[str, Any]:
+    """``env://`` rendezvous; under torch elastic, its store keyed by the restart attempt.
+
+    torch elastic keeps one store for the whole run, so after ``--max-restarts`` a new group could
+    read the previous attempt's (dead) peer addresses; a per-attempt key prefix prevents that.
+    """
+    attempt = settings.TORCHELASTIC_RESTART_COUNT.get()
+    if attempt is None:
+        return {"init_method": "env://"}
+    extra = {"timeout": timeout} if timeout is not None else {}
+    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world, **extra))
+    return {"store": dist.PrefixStore(f"anydevice/attempt-{attempt}/", store)}
+
+
 def init(timeout_s: float | None = None) -> None:
     """Create the process group with the selected device's backend; safe to call twice.
 
@@ -85,10 +99,11 @@ def init(timeout_s: float | None = None) -> None:
 
         kwargs["timeout"] = timedelta(seconds=timeout_s)
     if launched():
-        kwargs["init_method"] = collectives.init_method
         if collectives.init_method == "env://":
-            kwargs["rank"] = _int_setting(settings.RANK, 0)
-            kwargs["world_size"] = _int_setting(settings.WORLD_SIZE, 1)
+            kwargs.update(rank=_int_setting(settings.RANK, 0), world_size=_int_setting(settings.WORLD_SIZE, 1))
+            kwargs.update(_env_store(dist, kwargs["rank"], kwargs["world_size"], kwargs.get("timeout")))
+        else:
+            kwargs["init_method"] = collectives.init_method
     elif collectives.init_method == "env://":
         kwargs.update(store=dist.HashStore(), rank=0, world_size=1)  # a world of one, no port
     else:

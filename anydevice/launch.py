@@ -203,10 +203,12 @@ def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
     device = choice.name if choice.index is None else f"{choice.name}:{choice.index}"
     child_env = {**os.environ, settings.ANYDEVICE.name: device}
     autoload.apply(child_env, selection=device)
+    nproc = args.nproc_per_node or max(choice.detection.count or 1, 1)
+    if nproc > 1 and settings.OMP_NUM_THREADS.get() is None:
+        child_env[settings.OMP_NUM_THREADS.name] = "1"  # as torchrun does: N ranks must not each use every core
     env = {k: v for k, v in child_env.items() if os.environ.get(k) != v}
     with _environment(env):  # the parent loads what the children will (no unselected autoload)
         collectives = select(device).shims.collectives
-    nproc = args.nproc_per_node or max(choice.detection.count or 1, 1)
     rank_env = {i: dict(collectives.launch_env(i, nproc)) for i in range(nproc)}
     spec = LaunchSpec(
         script=args.script,

@@ -67,6 +67,18 @@ WORLD_SIZE: Final = Setting("WORLD_SIZE", "Set by launchers: the number of proce
 LOCAL_WORLD_SIZE: Final = Setting("LOCAL_WORLD_SIZE", "Set by launchers: processes on this node.", owner="torchrun")
 MASTER_ADDR: Final = Setting("MASTER_ADDR", "Set by launchers: rendezvous host.", owner="torchrun")
 MASTER_PORT: Final = Setting("MASTER_PORT", "Set by launchers: rendezvous port.", owner="torchrun")
+TORCHELASTIC_RESTART_COUNT: Final = Setting(
+    "TORCHELASTIC_RESTART_COUNT",
+    "Set by torch elastic (`anydevice run --max-restarts`, torchrun): how many times the group was restarted. "
+    "`ad.distributed.init()` keys its rendezvous by it, so a restarted group never reads the previous attempt's addresses.",
+    owner="torchrun",
+)
+OMP_NUM_THREADS: Final = Setting(
+    "OMP_NUM_THREADS",
+    "CPU threads per process. `anydevice run` sets it to 1 in the children when it starts more than one process per "
+    "node and it is unset (as torchrun does).",
+    owner="OpenMP",
+)
 PJRT_DEVICE: Final = Setting(
     "PJRT_DEVICE",
     "torch_xla's runtime device (CPU, TPU, CUDA, NEURON). anydevice sets it from the selection when "

@@ -2,7 +2,6 @@
 
 import json
 import sys
-import zlib
 
 import torch
 from torch import nn
@@ -25,12 +24,9 @@ for _ in range(5):
     opt.step()
     opt.zero_grad()
     losses.append(loss.item())
-crc = 0
-kinds = set()
-for p in model.parameters():
-    kinds.add(type(p).__name__)
-    full = p.full_tensor() if hasattr(p, "full_tensor") else p  # FSDP2 shards are DTensors
-    crc = zlib.crc32(full.detach().cpu().numpy().tobytes(), crc)
+kinds = sorted({type(p).__name__ for p in model.parameters()})
+full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]  # FSDP2 shards are DTensors
+checksum = torch.cat([p.detach().to("cpu", torch.float64).flatten() for p in full]).tolist()
 print(json.dumps({"rank": rank, "world_size": ad.distributed.world_size(), "wrapper": type(model).__name__,
-                  "param_types": sorted(kinds), "checksum": f"{crc:08x}", "losses": losses}), flush=True)
+                  "param_types": kinds, "params": checksum, "losses": losses}), flush=True)
 ad.distributed.shutdown()
