@@ -125,20 +125,22 @@ def check_pjrt_device(ctx: Context) -> list[Check]:
     value = (settings.PJRT_DEVICE.get() or "").upper()
     if not value:
         return []
+    explicit = bool(ctx.requested_names)
     names = ctx.requested_names or ([ctx.selected] if ctx.selected else [])
     for name in names:
         if name == "xla":
             return [Check("PJRT_DEVICE", "ok", f"PJRT_DEVICE={value} picks the runtime of the xla device")]
         if name in PJRT_FOR and value not in PJRT_FOR[name]:
+            how = f"ANYDEVICE={ctx.requested} selects {name}" if explicit else f"ANYDEVICE=auto picked {name}"
             return [
                 Check(
                     "PJRT_DEVICE",
-                    "fail",
-                    f"PJRT_DEVICE={value} asks torch_xla for {value} but ANYDEVICE={ctx.requested} selects {name}",
+                    "fail" if explicit else "warn",
+                    f"PJRT_DEVICE={value} asks torch_xla for {value} but {how}",
                     f"unset PJRT_DEVICE, or run on {value} through torch_xla with ANYDEVICE=xla PJRT_DEVICE={value}",
                 )
             ]
-    if not ctx.requested_names:
+    if not names:
         return [Check("PJRT_DEVICE", "info", f"PJRT_DEVICE={value} applies only when the xla device is selected")]
     return [Check("PJRT_DEVICE", "ok", f"PJRT_DEVICE={value} agrees with ANYDEVICE={ctx.requested}")]
 

@@ -58,6 +58,12 @@ def test_pjrt_device_against_anydevice_fails_with_the_fix() -> None:
     assert fix in line(out, "PJRT_DEVICE")
 
 
+def test_pjrt_device_against_what_auto_picked_warns() -> None:
+    out = doctor(env={"PJRT_DEVICE": "TPU"})
+    assert out.returncode == 0 and line(out, "PJRT_DEVICE").startswith("WARN")
+    assert "but ANYDEVICE=auto picked cpu" in line(out, "PJRT_DEVICE")
+
+
 def test_pjrt_device_that_agrees_is_fine() -> None:
     out = doctor(env={"ANYDEVICE": "cpu", "PJRT_DEVICE": "CPU"})
     assert out.returncode == 0 and line(out, "PJRT_DEVICE").startswith("ok")
