@@ -105,7 +105,8 @@ def preflight(vendor: XlaVendor) -> None:
         pair = check_pair(package)
         if pair is None:
             raise DeviceUnavailableError(
-                vendor.name, f"{package} is not installed",
+                vendor.name,
+                f"{package} is not installed",
                 "pip install torch_xla with the torch of the same major.minor (e.g. torch==2.9.0 torch_xla==2.9.0)",
                 problem="package_missing",
             )
@@ -116,21 +117,25 @@ def preflight(vendor: XlaVendor) -> None:
 def prepare_environment(vendor: XlaVendor) -> None:
     """Set what torch_xla reads at import: ``PJRT_DEVICE`` (unless the user set it) and the compile cache.
 
-    A ``PJRT_DEVICE`` that names another runtime than the selected device raises
+    A user's ``PJRT_DEVICE`` is kept (only upper-cased: torch_xla rejects ``cpu``); one that names
+    another runtime than the selected device raises
     :class:`DeviceUnavailableError` (e.g. ``ANYDEVICE=tpu`` with ``PJRT_DEVICE=CPU``).
     """
     want = vendor.pjrt_device.upper()
     if want not in PJRT_DEVICES:
         raise DeviceUnavailableError(
-            vendor.name, f"PJRT_DEVICE={vendor.pjrt_device} is not a PJRT runtime torch_xla knows",
-            f"Set PJRT_DEVICE to one of {', '.join(PJRT_DEVICES)}.", problem="unsupported_platform",
+            vendor.name,
+            f"PJRT_DEVICE={vendor.pjrt_device} is not a PJRT runtime torch_xla knows",
+            f"Set PJRT_DEVICE to one of {', '.join(PJRT_DEVICES)}.",
+            problem="unsupported_platform",
         )
     have = settings.PJRT_DEVICE.get()
-    if have is None:
-        os.environ[settings.PJRT_DEVICE.name] = want
-    elif have.upper() != want:
+    if have is None or have.upper() == want:
+        os.environ[settings.PJRT_DEVICE.name] = want  # unset, or another case: torch_xla only knows upper case
+    else:
         raise DeviceUnavailableError(
-            vendor.name, f"it runs on PJRT_DEVICE={want} but PJRT_DEVICE={have} is set",
+            vendor.name,
+            f"it runs on PJRT_DEVICE={want} but PJRT_DEVICE={have} is set",
             f"Unset PJRT_DEVICE (anydevice sets it), or select the device that PJRT_DEVICE={have} means "
             "(ANYDEVICE=xla runs any PJRT device).",
             problem="disabled",
@@ -369,8 +374,14 @@ class XlaProfiling:
 
     @contextmanager
     def _trace(
-        self, directory: Path, *, wait: int | None = None, warmup: int = 0, active: int | None = None,
-        port: int | None = None, **unsupported: Any,
+        self,
+        directory: Path,
+        *,
+        wait: int | None = None,
+        warmup: int = 0,
+        active: int | None = None,
+        port: int | None = None,
+        **unsupported: Any,
     ) -> Iterator[TraceSession]:
         asked = sorted(k for k, v in unsupported.items() if v)
         if asked:
@@ -446,7 +457,8 @@ def xla_shims(vendor: XlaVendor) -> Shims:
     runtime = str(xr.device_type() or "").upper()
     if runtime != vendor.pjrt_device.upper():
         raise DeviceUnavailableError(
-            vendor.name, f"torch_xla started the PJRT {runtime or 'unknown'} runtime, not {vendor.pjrt_device}",
+            vendor.name,
+            f"torch_xla started the PJRT {runtime or 'unknown'} runtime, not {vendor.pjrt_device}",
             "torch_xla was initialised before anydevice set PJRT_DEVICE: select the device before using torch_xla.",
             problem="plugin_error",
         )

@@ -33,14 +33,33 @@ def mismatched(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"no local torch {TORCH} wheel in {WHEELS} (a download would be ~200 MB)")
     venv = tmp_path_factory.mktemp("mismatch") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = Path(subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links", WHEELS,
-         "--target", str(site), f"torch=={TORCH}"],
-        check=True, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--find-links",
+            WHEELS,
+            "--target",
+            str(site),
+            f"torch=={TORCH}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     lane = sysconfig.get_paths()["purelib"]  # this lane's site-packages: torch_xla 2.9.0, anydevice
     (site / "zz_lane.pth").write_text(f"import site; site.addsitedir({lane!r})\n")

@@ -106,7 +106,7 @@ def test_pjrt_device_is_left_as_the_user_set_it() -> None:
     env = child_env({"PJRT_DEVICE": "cpu", "ANYDEVICE_QUIET": "1"})
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["cpu", "xla:0"]
+    assert done.stdout.split() == ["CPU", "xla:0"]  # kept, upper-cased: torch_xla rejects "cpu"
 
 
 @pytest.mark.skipif(os.path.exists("/dev/vfio"), reason="this machine may have a TPU")
@@ -117,3 +117,13 @@ def test_pjrt_tpu_without_a_tpu_fails_clearly() -> None:
     out = done.stdout + done.stderr
     assert "PJRT_DEVICE=TPU is set but this machine has no TPU chip" in out and "unset PJRT_DEVICE" in out
     assert "Traceback" not in out
+
+
+def test_a_multi_process_launch_is_refused_clearly() -> None:
+    """PJRT CPU gives every rank world size 1 under torchrun: anydevice refuses before launching."""
+    env = child_env({"ANYDEVICE": "xla"})
+    args = [sys.executable, "-m", "anydevice", "run", "-n", "2", str(TRAIN), "--steps", "2"]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "runs one process, but 2 were requested" in done.stderr and "ANYDEVICE=cpu" in done.stderr
+    assert "Traceback" not in done.stderr and not done.stdout.strip()
