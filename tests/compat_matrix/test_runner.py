@@ -81,5 +81,7 @@ def test_progress_bar_on_a_terminal_and_plain_lines_otherwise() -> None:
         progress = Progress(2, stream=stream, tty=is_tty)
         progress.result(result("matmul"))
         progress.result(result("sdpa", Status.FAIL))
-    assert "\r[" in tty.getvalue() and "2/2" in tty.getvalue() and "fail" in tty.getvalue()
-    assert plain.getvalue().splitlines()[0].startswith("[1/2] ✔ pass") and "\r" not in plain.getvalue()
+    assert "\r\x1b[Kprobing [" in tty.getvalue() and "2/2" in tty.getvalue() and "fail" in tty.getvalue()
+    lines = plain.getvalue().splitlines()
+    assert lines[0].startswith("probing [1/2] matmul ✔ pass") and "\r" not in plain.getvalue()
+    assert lines[1].startswith("probing [2/2] sdpa") and "fail" in lines[1]
