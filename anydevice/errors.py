@@ -75,15 +75,20 @@ class DeviceUnavailableError(AnyDeviceError):
 
 
 class VersionMismatchError(DeviceUnavailableError):
-    """torch and a vendor package that must match it exactly do not (caught before importing it)."""
+    """torch and a vendor package that must match it do not (caught before importing the package)."""
 
-    def __init__(self, name: str, package: str, package_version: str, torch_version: str, fix: str) -> None:
-        super().__init__(
-            name,
-            f"{package} {package_version} does not pair with torch {torch_version}",
-            fix,
-            problem="version_mismatch",
-        )
+    def __init__(
+        self,
+        name: str,
+        reason: str,
+        fix: str | None = None,
+        available: Sequence[str] = (),
+        *,
+        package: str | None = None,
+        package_version: str | None = None,
+        torch_version: str | None = None,
+    ) -> None:
+        super().__init__(name, reason, fix, available, problem="version_mismatch")
         self.package = package
         self.package_version = package_version
         self.torch_version = torch_version

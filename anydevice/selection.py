@@ -22,6 +22,7 @@ from anydevice.errors import (
     NoDeviceAvailableError,
     SelectionError,
     UnknownDeviceError,
+    VersionMismatchError,
 )
 from anydevice.registry import Registry
 
@@ -128,6 +129,8 @@ def resolve(text: str, registry: Registry) -> Choice:
             return Choice(name, item.index, detection, request.text, why, fell_back=position > 0, rejected=tuple(rejected))
         rejected.append((str(item), detection.reason))
         if len(request.items) == 1:
+            if detection.problem == "version_mismatch":
+                raise VersionMismatchError(name, detection.reason, detection.fix, registry.available())
             raise DeviceUnavailableError(name, detection.reason, detection.fix, registry.available(), detection.problem)
     raise NoDeviceAvailableError(request.text, rejected, registry.available())
 

@@ -111,7 +111,14 @@ def preflight(vendor: XlaVendor) -> None:
                 problem="package_missing",
             )
         if not pair.ok:
-            raise VersionMismatchError(vendor.name, package, pair.package_version, pair.torch_version, pair.fix or pair.reason)
+            raise VersionMismatchError(
+                vendor.name,
+                pair.reason,
+                pair.fix,
+                package=package,
+                package_version=pair.package_version,
+                torch_version=pair.torch_version,
+            )
 
 
 def prepare_environment(vendor: XlaVendor) -> None:

@@ -14,6 +14,7 @@ from anydevice.errors import (
     NoDeviceAvailableError,
     SelectionError,
     UnknownDeviceError,
+    VersionMismatchError,
 )
 from anydevice.hookspecs import hookimpl
 from anydevice.registry import Registry
@@ -242,3 +243,12 @@ def test_loading_is_idempotent(registry: Registry) -> None:
     registry.load()
     registry.load()
     assert registry.names() == ["tpu", "neuron", "cuda", "cpu"]
+
+
+def test_version_mismatch_raises_its_own_type() -> None:
+    det = Detection.missing("torch_xla 2.9.0 needs torch 2.9.x", "pip install torch==2.9.*", "version_mismatch")
+    spec = DeviceSpec(name="xla", detect=lambda: det, load=_no_load)  # type: ignore[arg-type]
+    reg = Registry(plugins=[("xla", plugin(spec), None), ("cpu", plugin(device("cpu", True)), None)])
+    with pytest.raises(VersionMismatchError) as info:
+        resolve("xla", reg)
+    assert info.value.problem == "version_mismatch" and "pip install torch==2.9.*" in str(info.value)

@@ -104,4 +104,4 @@ def test_the_factory_raises_before_importing_torch_xla(mismatched: Path) -> None
     lines = done.stdout.splitlines()
     package, package_version, torch_version, imported = lines[0].split()
     assert (package, package_version, imported) == ("torch_xla", "2.9.0", "False") and torch_version.startswith(TORCH)
-    assert "does not pair with torch" in lines[1] and "pip install torch==2.9.*" in done.stdout
+    assert "needs torch 2.9.x but torch" in lines[1] and "pip install torch==2.9.*" in done.stdout
