@@ -44,25 +44,34 @@ def needs_autoload(selection: str, registry: Registry | None = None) -> bool:
 def apply(env: MutableMapping[str, str] | None = None, selection: str | None = None) -> bool:
     """Set ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` in ``env`` (default: this process) when not needed.
 
-    Respects a value the user set and ``ANYDEVICE_KEEP_AUTOLOAD=1``. Returns True when it turned
-    autoload off. Must run before torch is imported to affect this process.
+    Leaves autoload on with ``ANYDEVICE_KEEP_AUTOLOAD=1``, and off where it already is. An inherited
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD=1`` is not taken as a choice: torch writes that value into the
+    environment of every process that imported it, so children of any torch program carry it.
+    Returns True when it turned autoload off. Must run before torch is imported to affect this process.
     """
     target = os.environ if env is None else env
-    if settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name in target or settings.ANYDEVICE_KEEP_AUTOLOAD.flag():
+    current = (target.get(settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name) or "").strip().lower()
+    if current in ("0", "false", "off", "no") or settings.ANYDEVICE_KEEP_AUTOLOAD.flag():
         return False
     request = selection or target.get(settings.ANYDEVICE.name) or "auto"
     if needs_autoload(request):
         return False
     target[settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name] = "0"
     if env is None:
-        global _applied_here
-        _applied_here = True
+        global _applied_here, _replaced
+        _applied_here, _replaced = True, current or None
     return True
 
 
 _applied_here = False
+_replaced: str | None = None
 
 
 def applied_here() -> bool:
-    """True when :func:`apply` turned autoload off in this process's environment (the user had not set it)."""
+    """True when :func:`apply` turned autoload off in this process's environment."""
     return _applied_here
+
+
+def replaced_value() -> str | None:
+    """The ``TORCH_DEVICE_BACKEND_AUTOLOAD`` value :func:`apply` replaced in this process, if any."""
+    return _replaced

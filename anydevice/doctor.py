@@ -168,7 +168,7 @@ def check_cuda_visible(ctx: Context) -> list[Check]:
 def user_autoload_value() -> str | None:
     """``TORCH_DEVICE_BACKEND_AUTOLOAD`` as the user set it (not as the anydevice CLI set it for itself)."""
     if autoload.applied_here():
-        return None
+        return autoload.replaced_value()
     return os.environ.get(settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name)
 
 

@@ -88,7 +88,9 @@ PJRT_DEVICE: Final = Setting(
 TORCH_DEVICE_BACKEND_AUTOLOAD: Final = Setting(
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
     "torch's out-of-tree backend autoload (`0` disables it). `anydevice run` and the CLI set it to 0 "
-    "when the selected device does not need an autoloaded backend (so torch_tpu is not imported).",
+    "when the selected device does not need an autoloaded backend (so torch_tpu is not imported), also over "
+    "an inherited `1` (torch_tpu writes `1` into every process that imported it); keep it on with "
+    "ANYDEVICE_KEEP_AUTOLOAD=1.",
     owner="torch",
 )
 

@@ -122,6 +122,7 @@ def _versions() -> dict[str, str]:
 
 
 def _load_native() -> Shims:
+    import torch  # noqa: F401  first: torch's backend autoload may import torch_neuronx itself
     import torch_neuronx  # noqa: F401  registers the 'neuron' device, dist backend and compile backend
 
     from anydevice.shims.eager import EagerVendor, eager_shims

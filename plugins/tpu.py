@@ -76,6 +76,7 @@ def prepare_environment() -> None:
 
 def load_torch_tpu() -> ModuleType:
     """Import TorchTPU and register the ``tpu`` device; needed when torch's autoload is off. Idempotent."""
+    import torch  # noqa: F401  first: torch's backend autoload may import torch_tpu itself
     import torch_tpu
     import torch_tpu._loader
 

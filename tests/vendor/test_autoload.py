@@ -23,9 +23,15 @@ def test_kept_when_an_autoloaded_device_is_named(selection: str) -> None:
     assert env == {}
 
 
-def test_a_value_the_user_set_wins() -> None:
+def test_autoload_already_off_is_left_alone() -> None:
+    env = {VAR: "0"}
+    assert autoload.apply(env, "cpu") is False and env == {VAR: "0"}
+
+
+def test_an_inherited_on_value_is_not_a_choice() -> None:
+    """torch_tpu writes TORCH_DEVICE_BACKEND_AUTOLOAD=1 into every process that imported it; children inherit it."""
     env = {VAR: "1"}
-    assert autoload.apply(env, "cpu") is False and env == {VAR: "1"}
+    assert autoload.apply(env, "cpu") is True and env == {VAR: "0"}
 
 
 def test_keep_autoload_setting(monkeypatch: pytest.MonkeyPatch) -> None:

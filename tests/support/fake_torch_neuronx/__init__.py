@@ -37,3 +37,50 @@ def install(target: Path, version: str = NATIVE, torch_requirement: str = "torch
     (info / "INSTALLER").write_text("anydevice-tests\n")
     (info / "RECORD").write_text("")
     return target
+
+
+SIMULATED_PLUGIN = '''"""SIMULATED Neuron device (tests only): the built-in neuron plugin over the FAKE torch-neuronx.
+
+There is no Trainium here, so this entry point stands in for the built-in ``neuron`` plugin's
+hardware detection (``/dev/neuron*``) and hands everything else to it unchanged. Select it with
+``ANYDEVICE_PLUGINS=cpu,neuron_simulated ANYDEVICE=neuron``; every result it produces is marked
+fake (``verified_on_hardware=False``).
+"""
+
+from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.hookspecs import hookimpl
+from anydevice.plugins import neuron
+
+
+def detect():
+    return Detection.ok("SIMULATED: the fake torch-neuronx with no Neuron hardware", count=1, chip=None)
+
+
+@hookimpl
+def anydevice_register_devices(register):
+    register(DeviceSpec(
+        name="neuron", detect=detect, load=neuron.load, prepare_environment=neuron.prepare_environment,
+        vendor_package="torch-neuronx", autoload_module="torch_neuronx", verified_on_hardware=False,
+        description="SIMULATED neuron device over the fake torch-neuronx (tests only)",
+    ))
+'''
+
+
+def install_simulated_device(target: Path, version: str = NATIVE) -> Path:
+    """:func:`install` plus a plugin distribution ``anydevice-neuron-simulated`` (entry point
+    ``neuron_simulated``) whose ``neuron`` device skips the hardware check, for end-to-end runs."""
+    install(target, version)
+    (target / "anydevice_neuron_simulated.py").write_text(SIMULATED_PLUGIN)
+    info = target / "anydevice_neuron_simulated-0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: anydevice-neuron-simulated\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[anydevice]\nneuron_simulated = anydevice_neuron_simulated\n")
+    (info / "top_level.txt").write_text("anydevice_neuron_simulated\n")
+    (info / "RECORD").write_text("")
+    return target
+
+
+if __name__ == "__main__":  # python tests/support/fake_torch_neuronx DIR: lay out both for a manual run
+    import sys
+
+    print(install_simulated_device(Path(sys.argv[1])))
