@@ -8,6 +8,7 @@ changes). The same script therefore runs under ``python``, ``anydevice run`` and
 
 from __future__ import annotations
 
+import gc
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -201,7 +202,9 @@ def reduce_scatter(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     reduce_op = _op(op)
     n = world_size()
     if tensor.dim() == 0 or tensor.shape[0] % n:
-        raise DistributedError(f"reduce_scatter needs dim 0 of the tensor divisible by the world size ({n}); got shape {tuple(tensor.shape)}.")
+        raise DistributedError(
+            f"reduce_scatter needs dim 0 of the tensor divisible by the world size ({n}); got shape {tuple(tensor.shape)}."
+        )
     if _alone():
         return tensor.clone()
     dist = _dist()
@@ -236,5 +239,8 @@ def shutdown() -> None:
     """Destroy the process group if anydevice made it (a launcher's group, e.g. Ray's, is left alone)."""
     global _owned_group
     if is_initialized() and _owned_group:
+        # DDP/FSDP wrappers sit in reference cycles: collect the dropped ones while the group is alive.
+        # Otherwise they die at interpreter exit, after the group, and torch 2.13 (gloo) may abort there.
+        gc.collect()
         _dist().destroy_process_group()
     _owned_group = False

@@ -98,7 +98,7 @@ def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Seque
             elastic_launch(config, entrypoint)(*args)
         except ChildFailedError as exc:
             rank, failure = exc.get_first_failure()
-            sys.stderr.write(exc.format_msg() + "\n")
+            sys.stderr.write(str(exc.format_msg()) + "\n")  # type: ignore[no-untyped-call]
             sys.stderr.write(f"anydevice run: rank {rank} failed (exit code {failure.exitcode}); the run was stopped.\n")
             return failure.exitcode if failure.exitcode > 0 else 1
         except RendezvousError as exc:
@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-rank", type=int, default=None, help="this node's rank (static rendezvous at --rdzv-endpoint)")
     p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="rendezvous address every node can reach")
     p.add_argument("--max-restarts", type=int, default=0, help="restart the whole group up to K times after a failure")
-    p.add_argument("--run-id", default=None, help="rendezvous id, the same on every node (default: random; set it for multi-node)")
+    p.add_argument("--run-id", default=None, help="rendezvous id, the same on every node (default: random)")
     p.add_argument("script", help="the Python script to run")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     return p
@@ -194,7 +194,8 @@ def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
     from anydevice.registry import get_registry
     from anydevice.selection import resolve
 
-    for name, value, low in (("-n", args.nproc_per_node, 1), ("--nnodes", args.nnodes, 1), ("--max-restarts", args.max_restarts, 0)):
+    limits = (("-n", args.nproc_per_node, 1), ("--nnodes", args.nnodes, 1), ("--max-restarts", args.max_restarts, 0))
+    for name, value, low in limits:
         if value is not None and value < low:
             raise DistributedError(f"{name} must be at least {low}, got {value}.")
     if not Path(args.script).is_file():

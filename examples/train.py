@@ -133,7 +133,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--crash-at-step", type=int, default=0, metavar="K",
                    help="fault injection for tests: SIGKILL this process right after step K, unless it resumed from a checkpoint")
-    p.add_argument("--crash-rank", type=int, default=None, metavar="R", help="with --crash-at-step: only rank R crashes (default: every rank)")
+    p.add_argument("--crash-rank", type=int, default=None, metavar="R", help="with --crash-at-step: only rank R (default: all)")
     args = p.parse_args(argv)
     if args.checkpoint_dir and args.parallel == "fsdp":
         p.error("--checkpoint-dir saves the full model from rank 0, which FSDP shards across ranks; use --parallel ddp")
@@ -226,8 +226,6 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "profile_files": profile_files,
         "versions": b.versions,
     }
-    if world > 1:
-        ad.distributed.shutdown()
     return result
 
 
@@ -242,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     except ad.AnyDeviceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        ad.distributed.shutdown()  # after train() returned: its wrapped model can be freed before the group goes
     if not math.isfinite(result["last_loss"] or float("nan")):
         print("error: the loss is not finite", file=sys.stderr)
     print(json.dumps(result))

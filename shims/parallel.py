@@ -36,8 +36,19 @@ def fsdp(model: torch.nn.Module, device_type: str, **options: Any) -> torch.nn.M
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = options.pop("mesh", None) or init_device_mesh(device_type, (dist.get_world_size(),))
-    for child in model.children():
-        if any(p.requires_grad for p in child.parameters()):
-            fully_shard(child, mesh=mesh, **options)
+    for unit in _shard_units(model):
+        fully_shard(unit, mesh=mesh, **options)
     fully_shard(model, mesh=mesh, **options)
     return model
+
+
+def _shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The children to shard one by one: each trainable child, looking inside ModuleList/ModuleDict
+    (containers without ``forward``, which ``fully_shard`` rejects), so each transformer block is a unit."""
+    units: list[torch.nn.Module] = []
+    for child in model.children():
+        if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            units.extend(_shard_units(child))
+        elif any(p.requires_grad for p in child.parameters()):
+            units.append(child)
+    return units

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from tests.distributed.helpers import TRAIN, WORKERS, anydevice_run, python
 
 
@@ -31,7 +32,9 @@ def test_every_collective_across_two_ranks():
     assert ranks[1]["reduce_scatter"] == [6.0, 9.0]
 
 
-@pytest.mark.parametrize("strategy, wrapper, param_type", [("ddp", "DistributedDataParallel", "Parameter"), ("fsdp", "FSDPSequential", "DTensor")])
+@pytest.mark.parametrize(
+    "strategy, wrapper, param_type", [("ddp", "DistributedDataParallel", "Parameter"), ("fsdp", "FSDPNet", "DTensor")]
+)
 def test_wrap_keeps_ranks_in_step(strategy, wrapper, param_type):
     """Different data per rank, yet identical parameters after 5 steps: gradients were averaged."""
     result = anydevice_run("-n", "2", WORKERS / "wrap.py", strategy)

@@ -1,0 +1,141 @@
+"""Ray Train for the selected device: a ``TorchTrainer`` whose workers run with the same ``ANYDEVICE``.
+
+    pip install 'anydevice[ray]'
+
+    from anydevice.integrations.ray import trainer
+
+    def loop(config):
+        import anydevice as ad
+        ad.distributed.init()                     # adopts the process group Ray made
+        model = ad.distributed.wrap(ad.to(Net()), "ddp")
+        ...
+
+    result = trainer(loop, num_workers=4).fit()  # asks Ray for a GPU / TPU / NeuronCore per worker
+
+The driver resolves the device from its name alone (no detection, no vendor import) when
+``ANYDEVICE`` (or ``device=``) names one, so a CPU-only head node can launch GPU or TPU workers;
+``auto`` and lists are resolved by detection on the driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from anydevice import autoload, settings
+from anydevice.errors import DistributedError, UnsupportedFeatureError
+
+if TYPE_CHECKING:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+RAY_RESOURCE: Mapping[str, str] = {"cuda": "GPU", "tpu": "TPU", "neuron": "neuron_cores"}
+"""The Ray resource one worker of each device asks for (devices not listed need only a CPU)."""
+XLA_RESOURCE: Mapping[str, str] = {"TPU": "TPU", "CUDA": "GPU", "GPU": "GPU", "NEURON": "neuron_cores"}
+"""For ``xla``: the resource behind ``PJRT_DEVICE``."""
+FORWARDED = (settings.ANYDEVICE_PLUGINS, settings.ANYDEVICE_CACHE_DIR, settings.PJRT_DEVICE)
+"""Driver settings the workers inherit besides ``ANYDEVICE``."""
+
+
+def _ray() -> Any:
+    try:
+        import ray.train
+        import ray.train.torch
+    except ImportError as exc:
+        raise UnsupportedFeatureError(
+            f"Ray Train is not installed ({exc}).", "Install the extra: pip install 'anydevice[ray]'."
+        ) from exc
+    return ray
+
+
+def resolve_device(device: str | None = None) -> str:
+    """The device the workers will use: a named device by its name alone, ``auto``/lists by detection here."""
+    from anydevice.backend import requested
+    from anydevice.registry import get_registry
+    from anydevice.selection import parse, resolve
+
+    text = device or requested()
+    request = parse(text)
+    registry = get_registry()
+    if len(request.items) == 1:
+        item = request.items[0]
+        name = registry.canonical(item.name)
+        if name is not None:
+            return name if item.index is None else f"{name}:{item.index}"
+    return resolve(text, registry).name  # auto, a list, or an unknown name (which raises "did you mean")
+
+
+def worker_resource(device: str) -> str | None:
+    """The Ray resource name one worker of ``device`` needs (``GPU``, ``TPU``, ``neuron_cores``), or None."""
+    name = device.partition(":")[0]
+    if name == "xla":
+        return XLA_RESOURCE.get((settings.PJRT_DEVICE.get() or "CPU").upper())
+    return RAY_RESOURCE.get(name)
+
+
+def scaling_config(num_workers: int, device: str | None = None, per_worker: float = 1, **options: Any) -> ScalingConfig:
+    """A ``ScalingConfig`` asking for ``per_worker`` of the device's resource on each of ``num_workers`` workers.
+
+    ``options`` go to ``ScalingConfig`` (e.g. ``topology`` and ``accelerator_type`` for TPU slices).
+    """
+    ray = _ray()
+    resource = worker_resource(resolve_device(device))
+    resources = dict(options.pop("resources_per_worker", None) or {})
+    if resource is not None:
+        resources.setdefault(resource, per_worker)
+    flags = {"use_gpu": resource == "GPU", "use_tpu": resource == "TPU"}
+    try:
+        config: ScalingConfig = ray.train.ScalingConfig(
+            num_workers=num_workers, resources_per_worker=resources or None, **flags, **options
+        )
+    except ValueError as exc:
+        raise DistributedError(f"Ray rejected the scaling config: {exc}", "Pass the missing option to scaling_config().") from exc
+    return config
+
+
+def worker_env(device: str | None = None) -> dict[str, str]:
+    """The environment every worker gets: ``ANYDEVICE``, forwarded settings, and autoload off where not needed."""
+    name = resolve_device(device)
+    env = {settings.ANYDEVICE.name: name}
+    env.update({s.name: value for s in FORWARDED if (value := s.get()) is not None})
+    autoload.apply(env, selection=name)
+    return env
+
+
+def run_config(base: RunConfig | None = None, device: str | None = None, **options: Any) -> RunConfig:
+    """``base`` (or a new ``RunConfig(**options)``) whose workers run with :func:`worker_env`."""
+    ray = _ray()
+    config: Any = base if base is not None else ray.train.RunConfig(**options)  # Ray Train v2 RunConfig
+    runtime_env = dict(config.worker_runtime_env or {})
+    runtime_env["env_vars"] = {**worker_env(device), **dict(runtime_env.get("env_vars") or {})}
+    replaced: RunConfig = dataclasses.replace(config, worker_runtime_env=runtime_env)
+    return replaced
+
+
+def trainer(
+    train_loop: Callable[..., Any],
+    *,
+    num_workers: int,
+    train_loop_config: dict[str, Any] | None = None,
+    device: str | None = None,
+    scaling: ScalingConfig | None = None,
+    run: RunConfig | None = None,
+    torch_config: TorchConfig | None = None,
+    **options: Any,
+) -> TorchTrainer:
+    """A Ray ``TorchTrainer`` for the selected device: resources per worker, same ``ANYDEVICE`` everywhere.
+
+    Inside ``train_loop``, ``anydevice.distributed.init()`` adopts the process group Ray made.
+    ``options`` go to ``TorchTrainer`` (e.g. ``datasets``).
+    """
+    ray = _ray()
+    built: TorchTrainer = ray.train.torch.TorchTrainer(
+        train_loop,
+        train_loop_config=train_loop_config,
+        scaling_config=scaling or scaling_config(num_workers, device),
+        run_config=run_config(run, device),
+        torch_config=torch_config,
+        **options,
+    )
+    return built
