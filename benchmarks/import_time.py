@@ -31,7 +31,10 @@ def measure(code: str, repeat: int) -> float:
     for _ in range(repeat):
         out = subprocess.run(
             [sys.executable, "-c", f"import time; t=time.perf_counter(); {code}; print(time.perf_counter()-t)"],
-            capture_output=True, text=True, check=True, env={"ANYDEVICE": "cpu", "ANYDEVICE_QUIET": "1", "PATH": ""},
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"ANYDEVICE": "cpu", "ANYDEVICE_QUIET": "1", "PATH": ""},
         )
         times.append(float(out.stdout.strip().splitlines()[-1]))
     return statistics.median(times)
@@ -44,9 +47,8 @@ def main() -> None:
     results = {}
     for name, code in CASES.items():
         module = code.split()[-1].split(".")[0].rstrip(";")
-        if "accelerate" in code or "lightning" in code:
-            if importlib.util.find_spec(module) is None:
-                continue
+        if ("accelerate" in code or "lightning" in code) and importlib.util.find_spec(module) is None:
+            continue
         results[name] = measure(code, args.repeat)
         print(f"{name:<28} {results[name]:.3f} s")
     added = results["torch+anydevice"] - results["torch"]

@@ -22,7 +22,7 @@ def _traced(ctx: ProbeContext, annotate: bool = False) -> list[Path]:
     with ctx.stage(Stage.EXECUTE), ctx.api("profile")(ctx.tmp / "trace") as session:
         for _ in range(2):
             if annotate:
-                with torch.profiler.record_function(_MARKER):
+                with ctx.api("record")(_MARKER):
                     y = x @ x
             else:
                 y = x @ x
@@ -50,7 +50,7 @@ def profiler_trace_written(ctx: ProbeContext) -> None:
 def record_function_annotation(ctx: ProbeContext) -> None:
     files = _traced(ctx, annotate=True)
     if not any(_MARKER.encode() in _read(f) for f in files):
-        raise AssertionError(f"no trace file mentions the record_function label {_MARKER!r}")
+        raise AssertionError(f"no trace file mentions the ad.record label {_MARKER!r}")
 
 
 def trace_format_readable(ctx: ProbeContext) -> None:
@@ -116,7 +116,7 @@ def _p(name: str, fn: Callable[[ProbeContext], None], what: str) -> Probe:
 
 PROBES = [
     _p("profiler_trace_written", profiler_trace_written, "ad.profile(dir) writes non-empty trace files and lists them."),
-    _p("record_function_annotation", record_function_annotation, "A record_function label appears in the trace."),
+    _p("record_function_annotation", record_function_annotation, "An ad.record(name) label appears in the device's trace."),
     _p("trace_format_readable", trace_format_readable, "The trace parses as Chrome trace JSON with events."),
     _p("memory_counters_track_allocation", memory_counters_track_allocation, "A 16 MiB allocation shows in ad.memory_stats()."),
     _p("peak_flops_declared", peak_flops_declared, "The profiling shim knows the chip's bf16 peak FLOP/s (never guessed)."),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import tempfile
@@ -14,37 +15,37 @@ import torch
 T = TypeVar("T")
 
 
-def tree_map_tensors(obj: T, fn: Callable[[torch.Tensor], torch.Tensor]) -> T:
+def tree_map_tensors(
+    obj: T, fn: Callable[[torch.Tensor], torch.Tensor], module_fn: Callable[[torch.nn.Module], Any] | None = None
+) -> T:
     """Apply ``fn`` to every tensor inside nested dicts, lists, tuples, named tuples and dataclasses.
 
-    Modules are moved in place with ``module.to`` semantics by :func:`move`; other leaves are kept.
+    Modules, at the top or nested, go to ``module_fn`` when given; other leaves are kept as they are.
     """
     if isinstance(obj, torch.Tensor):
         return fn(obj)  # type: ignore[return-value]
+    if isinstance(obj, torch.nn.Module):
+        return module_fn(obj) if module_fn is not None else obj  # type: ignore[return-value]
     if isinstance(obj, dict):
-        return type(obj)((k, tree_map_tensors(v, fn)) for k, v in obj.items())  # type: ignore[call-arg]
+        return type(obj)((k, tree_map_tensors(v, fn, module_fn)) for k, v in obj.items())  # type: ignore[call-arg]
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(tree_map_tensors(v, fn) for v in obj))
+        return type(obj)(*(tree_map_tensors(v, fn, module_fn) for v in obj))
     if isinstance(obj, (list, tuple)):
-        return type(obj)(tree_map_tensors(v, fn) for v in obj)  # type: ignore[call-arg]
+        return type(obj)(tree_map_tensors(v, fn, module_fn) for v in obj)  # type: ignore[call-arg]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: tree_map_tensors(getattr(obj, f.name), fn) for f in dataclasses.fields(obj) if f.init}
+        changes = {f.name: tree_map_tensors(getattr(obj, f.name), fn, module_fn) for f in dataclasses.fields(obj) if f.init}
         return dataclasses.replace(obj, **changes)
     return obj
 
 
 def move(obj: T, device: torch.device, non_blocking: bool = False) -> T:
-    """Move tensors, modules and nested containers of them to ``device``."""
-    if isinstance(obj, torch.nn.Module):
-        return obj.to(device)  # type: ignore[return-value]
-    return tree_map_tensors(obj, lambda t: t.to(device, non_blocking=non_blocking))
+    """Move tensors, modules (in place, like ``module.to``) and nested containers of them to ``device``."""
+    return tree_map_tensors(obj, lambda t: t.to(device, non_blocking=non_blocking), lambda m: m.to(device))
 
 
 def to_cpu(obj: T) -> T:
-    """A CPU copy of every tensor in ``obj`` (modules become their state dicts' owners unchanged)."""
-    if isinstance(obj, torch.nn.Module):
-        return obj.to("cpu")  # type: ignore[return-value]
-    return tree_map_tensors(obj, lambda t: t.detach().to("cpu"))
+    """A CPU copy of every tensor in ``obj``; modules are copied, so the caller's stay where they are."""
+    return tree_map_tensors(obj, lambda t: t.detach().to("cpu"), lambda m: copy.deepcopy(m).to("cpu"))
 
 
 def global_rank() -> int:

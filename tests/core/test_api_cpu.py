@@ -196,3 +196,14 @@ def test_distributed_single_process_does_the_obvious_thing() -> None:
     dist.barrier()
     dist.shutdown()
     assert not dist.is_initialized()
+
+
+def test_to_moves_modules_nested_in_containers_and_save_leaves_them_in_place(tmp_path: Path) -> None:
+    ad.use("cpu")
+    model = torch.nn.Linear(2, 2)
+    moved_model, x = ad.to((model, torch.ones(1, 2)))
+    assert moved_model is model and x.device == ad.device()
+    ad.save({"model": model}, tmp_path / "m.pt")
+    assert next(model.parameters()).device == ad.device()  # saving copied it, did not move it
+    loaded = ad.load(tmp_path / "m.pt", weights_only=False)
+    torch.testing.assert_close(loaded["model"](x), model(x))

@@ -28,7 +28,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             (src / rel).write_bytes((REPO / rel).read_bytes())
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(src)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     (whl,) = out.glob("anydevice-*.whl")
     return whl
@@ -48,8 +50,11 @@ def test_wheel_installs_into_a_fresh_venv_and_works(wheel: Path, tmp_path: Path)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
     # dependencies (torch, pluggy, pydantic) come from the test venv, anydevice only from the wheel
     deps = tmp_path / "deps"
     deps.mkdir()
@@ -57,8 +62,12 @@ def test_wheel_installs_into_a_fresh_venv_and_works(wheel: Path, tmp_path: Path)
         if not entry.name.lower().startswith(("anydevice", "__editable__", "_anydevice")):
             (deps / entry.name).symlink_to(entry)
     (site / "deps.pth").write_text(str(deps) + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     code = (
         "import json, anydevice as ad, torch\n"
         "m = ad.to(torch.nn.Linear(2, 2)); ad.step()\n"
@@ -70,6 +79,8 @@ def test_wheel_installs_into_a_fresh_venv_and_works(wheel: Path, tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["file"].startswith(str(site)) and result["backend"] == "cpu" and result["device"] == "cpu"
-    listing = subprocess.run([str(py), "-m", "anydevice", "list", "--json"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    listing = subprocess.run(
+        [str(py), "-m", "anydevice", "list", "--json"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert listing.returncode == 0, listing.stderr
     assert {"cpu", "cuda", "tpu", "neuron", "xla", "mps", "xpu"} <= {d["name"] for d in json.loads(listing.stdout)["devices"]}
