@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -62,8 +62,8 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0") or 0)
 
 
-def atomic_save(obj: Any, path: Path | str) -> None:
-    """``torch.save`` to a temporary file beside ``path``, fsync, then rename over it.
+def atomic_save(obj: Any, path: Path | str, writer: Callable[[Any, Any], None] = torch.save) -> None:
+    """``writer(obj, file)`` (``torch.save``) to a temporary file beside ``path``, fsync, then rename over it.
 
     A crash mid-write leaves the previous file intact; readers never see a partial file.
     """
@@ -72,7 +72,7 @@ def atomic_save(obj: Any, path: Path | str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
+            writer(obj, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
@@ -108,3 +108,10 @@ class Prefetcher(Iterable[T]):
             current, ahead = ahead, move(batch, self.device, self.non_blocking)
             yield current
         yield ahead
+
+
+def peak_flops(table: Mapping[str, float], chip: str | None, dtype: torch.dtype) -> float | None:
+    """Dense peak FLOP/s of ``chip`` from a plugin's bf16/fp16 TFLOP/s ``table``; None when unknown."""
+    if dtype not in (torch.bfloat16, torch.float16) or chip is None or chip not in table:
+        return None
+    return table[chip] * 1e12

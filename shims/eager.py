@@ -21,7 +21,7 @@ import torch
 
 from anydevice import settings
 from anydevice.errors import UnsupportedFeatureError
-from anydevice.shims import parallel, torch_profiler
+from anydevice.shims import common, parallel, torch_profiler
 from anydevice.shims.common import Prefetcher, local_rank, portable_save
 from anydevice.shims.contracts import MemoryStats, Shims, TraceSession
 from anydevice.shims.torch_profiler import torch_profiler_trace
@@ -221,11 +221,7 @@ class EagerProfiling:
         return torch_profiler.record(name)
 
     def peak_flops(self, dtype: torch.dtype) -> float | None:
-        if dtype not in (torch.bfloat16, torch.float16):
-            return None
-        chip = self.chip()
-        tflops = self.vendor.peak_tflops.get(chip) if chip else None
-        return tflops * 1e12 if tflops is not None else None
+        return common.peak_flops(self.vendor.peak_tflops, self.chip(), dtype)
 
 
 def eager_shims(vendor: EagerVendor) -> Shims:

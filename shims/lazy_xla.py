@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -245,18 +244,9 @@ class XlaPlacement:
 
         if xr.global_ordinal() != 0:
             return
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                xm.save(obj, handle, master_only=False)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from anydevice.shims.common import atomic_save
+
+        atomic_save(obj, path, lambda o, handle: xm.save(o, handle, master_only=False))
 
 
 class XlaCompilation:
@@ -434,13 +424,9 @@ class XlaProfiling:
         return self.vendor.chip()
 
     def peak_flops(self, dtype: torch.dtype) -> float | None:
-        import torch
+        from anydevice.shims.common import peak_flops
 
-        if dtype not in (torch.bfloat16, torch.float16):
-            return None
-        chip = self.chip()
-        tflops = self.vendor.peak_tflops.get(chip) if chip else None
-        return tflops * 1e12 if tflops is not None else None
+        return peak_flops(self.vendor.peak_tflops, self.chip(), dtype)
 
 
 def xla_shims(vendor: XlaVendor) -> Shims:
