@@ -34,7 +34,8 @@ class Result:
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in CLEARED and not k.startswith("TORCHELASTIC_")}
-    env.update(ANYDEVICE="cpu", OMP_NUM_THREADS="1", ANYDEVICE_QUIET="1", PYTHONUNBUFFERED="1")
+    env.pop("PYTHONUNBUFFERED", None)  # buffered stdout: each JSON line leaves in one write, not interleaved
+    env.update(ANYDEVICE="cpu", OMP_NUM_THREADS="1", ANYDEVICE_QUIET="1")
     env.update(extra)
     return env
 

@@ -57,7 +57,7 @@ def test_a_crashing_rank_ends_the_run_with_its_error():
 
 
 def test_children_get_the_resolved_device_and_no_autoload():
-    result = anydevice_run("-n", "2", WORKERS / "env.py", "--flag", "value", ANYDEVICE="cpu")
+    result = anydevice_run("-n", "2", WORKERS / "env.py", "--flag", "value", ANYDEVICE="cpu", OMP_NUM_THREADS="")
     assert result.returncode == 0, result.stderr
     ranks = result.by_rank()
     for rank, row in ranks.items():
@@ -66,6 +66,7 @@ def test_children_get_the_resolved_device_and_no_autoload():
         assert row["env"]["WORLD_SIZE"] == "2"
         assert row["env"]["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"  # cpu needs no autoloaded backend
         assert row["torch_tpu_imported"] is False
+        assert row["env"]["OMP_NUM_THREADS"] == "1"  # unset in the parent: one thread per rank, as torchrun does
         assert row["argv"][1:] == ["--flag", "value"]
         assert row["argv"][0].endswith("env.py")
 
@@ -131,3 +132,25 @@ def test_python_m_anydevice_run_help():
     result = anydevice_run("--help", timeout=60)
     assert result.returncode == 0
     assert "--max-restarts" in result.stdout and "--rdzv-endpoint" in result.stdout
+
+
+def test_two_nodes_meet_at_a_rendezvous_endpoint():
+    """Two `anydevice run --nnodes 2` agents (two "nodes" on loopback) form one world of 2 through c10d."""
+    import socket
+    import subprocess
+    import sys
+
+    from tests.distributed.helpers import REPO, _env
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "anydevice", "run", "-n", "1", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
+           "--run-id", "two-nodes", str(WORKERS / "collectives.py")]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": _env({}), "cwd": REPO}
+    nodes = [subprocess.Popen(cmd, **pipes) for _ in range(2)]
+    outputs = [node.communicate(timeout=120) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], [err for _, err in outputs]
+    rows = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert sorted(row["rank"] for row in rows) == [0, 1]
+    assert all(row["world_size"] == 2 and row["local_rank"] == 0 and row["sum"] == [3.0, 30.0] for row in rows)
