@@ -13,6 +13,7 @@ last_loss, tokens_per_s, mfu (null where the chip's peak is unknown), and more.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -168,12 +169,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     loader = ad.data_loader(batches(args, rank, world))
     losses: list[float] = []
-    profile_files: list[str] = []
     first_loss = None
     started = time.perf_counter()
-    profiler = ad.profile(args.profile) if args.profile else None
-    session = profiler.__enter__() if profiler else None
-    try:
+    with contextlib.ExitStack() as stack:
+        session = stack.enter_context(ad.profile(args.profile)) if args.profile else None
         for step, (x, y) in enumerate(loader):
             if step < start_step:
                 continue  # the sampler is deterministic: skip what the checkpoint already trained on
@@ -196,10 +195,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             if done == args.crash_at_step and resumed_from is None and args.crash_rank in (None, rank):
                 print(f"rank {rank}: injected crash after step {done}", file=sys.stderr, flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)  # a real, unclean death: no cleanup, no final checkpoint
-    finally:
-        if profiler is not None:
-            profiler.__exit__(None, None, None)
-            profile_files = [str(f) for f in session.files] if session else []
+    profile_files = [str(f) for f in session.files] if session else []
     if args.checkpoint_dir:
         save_checkpoint(args.checkpoint_dir, args.steps, core, optimizer)
     report = meter.report()
