@@ -10,7 +10,8 @@ loads the selected plugin's shims and hands a :class:`LaunchSpec` to its launche
   (e.g. TorchTPU: ``set_tpu_launch_env`` in the parent, then :func:`spawn`);
 * otherwise ``collectives.launcher`` names an entry of :data:`LAUNCHERS`: ``"torchrun"`` (torch
   elastic, one fresh interpreter per rank) or ``"spawn"`` (torch elastic, ranks started by
-  multiprocessing spawn). :func:`register_launcher` adds more.
+  multiprocessing spawn) or ``"single-process"`` (one rank only, e.g. mps). :func:`register_launcher`
+  adds more.
 
 Both built-in launchers run on torch elastic (``torch.distributed.launcher.api``): a failing rank
 stops the others at once, the run exits non-zero and shows that rank's traceback, and
@@ -125,7 +126,17 @@ def spawn(spec: LaunchSpec) -> int:
     return _elastic(spec, run_script, [spec.script, list(spec.script_args), rank_env], "spawn")
 
 
-LAUNCHERS: dict[str, Launcher] = {"torchrun": torchrun, "spawn": spawn}
+def single_process(spec: LaunchSpec) -> int:
+    """For devices one process drives alone (``mps``): one rank through torchrun, more is an error."""
+    if spec.nproc_per_node * spec.nnodes > 1:
+        raise DistributedError(
+            f"The selected device runs one process per machine; {spec.nproc_per_node * spec.nnodes} were asked for.",
+            "Run with -n 1 (or plain python), or select a device with a multi-process launcher (cpu, cuda, ...).",
+        )
+    return torchrun(spec)
+
+
+LAUNCHERS: dict[str, Launcher] = {"torchrun": torchrun, "spawn": spawn, "single-process": single_process}
 
 
 def register_launcher(name: str, launcher: Launcher) -> None:

@@ -154,3 +154,11 @@ def test_two_nodes_meet_at_a_rendezvous_endpoint():
     rows = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
     assert sorted(row["rank"] for row in rows) == [0, 1]
     assert all(row["world_size"] == 2 and row["local_rank"] == 0 and row["sum"] == [3.0, 30.0] for row in rows)
+
+
+def test_single_process_launcher_refuses_more_than_one_rank() -> None:
+    from anydevice.errors import DistributedError
+    from anydevice.launch import LaunchSpec, single_process
+
+    with pytest.raises(DistributedError, match="one process per machine; 2 were asked for"):
+        single_process(LaunchSpec(script="train.py", nproc_per_node=2))
