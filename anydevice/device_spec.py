@@ -61,6 +61,9 @@ class DeviceSpec:
     :param verified_on_hardware: False when the plugin was only tested against a simulated vendor module.
     :param prepare_environment: sets variables the vendor reads at import; called before ``load``.
     :param autoload_module: the package torch's ``torch.backends`` autoload imports for this device.
+    :param unsupported: features the plugin declares it does not support: compatibility-matrix probe
+        name -> one sentence saying why. Every probe not listed is claimed supported; the matrix sets
+        each claim against what the probe observed.
     """
 
     name: str
@@ -75,3 +78,5 @@ class DeviceSpec:
     """Optional: set environment variables the vendor reads at import (called before ``load``)."""
     autoload_module: str | None = None
     """The module torch's backend autoload would import for this device (``torch_tpu``), if any."""
+    unsupported: Mapping[str, str] = field(default_factory=dict)
+    """Probe name -> why the plugin does not support it (what the matrix expects to fail or skip)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TextIO
 
+from anydevice.compat_matrix.claims import mismatch
 from anydevice.compat_matrix.schema import ProbeResult, Run, Status
 from anydevice.compat_matrix.symbols import SYMBOL
 from anydevice.progress import Progress as _Progress
@@ -28,12 +29,14 @@ class Progress(_Progress):
         self.advance(f"{result.probe} {label} ({result.duration_s:.2f}s){reason}"[:300] if not self.tty else result.probe[:28])
 
     def summary(self, run: Run, seconds: float, out: str | None) -> None:
-        """Counts per status, health and where the file went."""
+        """Counts per status, health, contradicted claims and where the file went."""
         counts = Counter(r.status for r in run.results)
         parts = ", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s])
         health = "sanity passed" if run.health.sanity_passed else f"UNHEALTHY: {run.health.note or 'sanity failed'}"
         where = f" -> {out}" if out else ""
+        contradicted = [r.probe for r in run.results if mismatch(r)]
+        claimed = f"; {len(contradicted)} contradict the plugin's claims ({', '.join(contradicted)})" if contradicted else ""
         self.close(
             f"{len(run.results)} probes on {run.plugin.name} ({run.hardware.chip or run.hardware.device_type}) "
-            f"in {seconds:.1f}s: {parts}; {health}{where}"
+            f"in {seconds:.1f}s: {parts}; {health}{claimed}{where}"
         )

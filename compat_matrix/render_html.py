@@ -6,10 +6,11 @@ import json
 from html import escape
 from typing import Any
 
+from anydevice.compat_matrix import claims
 from anydevice.compat_matrix.merge import Cell, Column, Diff, LoadedRun, Matrix
 from anydevice.compat_matrix.runner import reproduce_command
 from anydevice.compat_matrix.schema import ProbeResult, Status
-from anydevice.compat_matrix.symbols import DISAGREE_SYMBOL, LABEL, SYMBOL
+from anydevice.compat_matrix.symbols import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL
 
 LOG_EXCERPT = 1500
 
@@ -43,6 +44,7 @@ def render_html(matrix: Matrix) -> str:
         _legend(),
         _filters(matrix),
         _table(matrix),
+        _claims_section(matrix),
         _runs(matrix),
         _diff_section(matrix),
         f'<script type="application/json" id="matrix-data">{_json_for_script(_data(matrix))}</script>',
@@ -91,6 +93,11 @@ def _legend() -> str:
     items += (
         f'<li><span class="badge st-disagree"><span class="sym" aria-hidden="true">{DISAGREE_SYMBOL}</span> disagree</span> '
         "runs in this column saw different statuses; the evidence lists each</li>"
+        f'<li><span class="badge"><span class="sym" aria-hidden="true">{CLAIM_MISMATCH_SYMBOL}</span> claimed …</span> '
+        "the probe contradicts what the plugin declares: claimed unsupported but it works, "
+        "or claimed supported but it fails</li>"
+        '<li><span class="badge">(declared unsupported)</span> the plugin declares it does not support this; '
+        "a fail or skip here is what it expects</li>"
     )
     return f'<section id="legend"><h2>Legend</h2><ul class="legend">{items}</ul></section>'
 
@@ -102,7 +109,8 @@ def _filters(matrix: Matrix) -> str:
         '<section id="filters" aria-label="Filters">'
         f'<label>Shim <select id="filter-shim"><option value="all">all</option>{shims}</select></label> '
         f'<label>Status <select id="filter-status"><option value="all">any</option>{statuses}'
-        '<option value="disagree">disagree</option></select></label> '
+        '<option value="disagree">disagree</option><option value="claim-mismatch">contradicts the plugin\'s claim</option>'
+        "</select></label> "
         f'<output id="filter-count">{len(matrix.rows)} of {len(matrix.rows)} probes shown</output></section>'
     )
 
@@ -112,7 +120,7 @@ def _table(matrix: Matrix) -> str:
     body = []
     for row in matrix.rows:
         cells = [matrix.cell(row.probe, c) for c in matrix.columns]
-        statuses = sorted({_cell_key(c) for c in cells})
+        statuses = sorted({_cell_key(c) for c in cells} | ({"claim-mismatch"} if any(_mismatches(c) for c in cells) else set()))
         body.append(
             f'<tr class="probe-row" id="probe-{e(row.probe)}" data-shim="{e(row.shim)}" data-statuses="{e(" ".join(statuses))}">'
             f'<th scope="row"><code>{e(row.probe)}</code><div class="desc">{e(row.description)}</div></th>'
@@ -156,13 +164,7 @@ def _cell(probe: str, column: Column, cell: Cell) -> str:
         stages = sorted({r.failure_stage.value for _, r in cell.entries if r.failure_stage is not None})
         if stages:
             summary += f" at {e('/'.join(stages))}"
-    claims = [r for _, r in cell.entries if r.expected is not None and r.expected is not r.status]
-    if claims:
-        summary += (
-            ' <span class="claim" title="differs from what the plugin claims">(claimed '
-            + e(LABEL[claims[0].expected or Status.UNTESTED])
-            + ")</span>"
-        )
+    summary += _claim_note(cell)
     if not cell.entries:
         evidence = f"<p>Nobody ran <code>{e(probe)}</code> on this column.</p>"
     else:
@@ -170,6 +172,47 @@ def _cell(probe: str, column: Column, cell: Cell) -> str:
     return (
         f'<td class="cell st-{_cell_key(cell)}" data-status="{_cell_key(cell)}" headers="col-{column.id}">'
         f'<details><summary>{summary}</summary><div class="evidence">{evidence}</div></details></td>'
+    )
+
+
+def _mismatches(cell: Cell) -> list[ProbeResult]:
+    return [r for _, r in cell.entries if claims.mismatch(r)]
+
+
+def _claim_note(cell: Cell) -> str:
+    """The claim in words under the status: a contradicted claim, or that the plugin declares it unsupported."""
+    contradicted = _mismatches(cell)
+    if contradicted:
+        return (
+            f' <span class="claim mismatch"><span class="sym" aria-hidden="true">{CLAIM_MISMATCH_SYMBOL}</span> '
+            f"{e(claims.short(contradicted[0]))}</span>"
+        )
+    notes = sorted({n for _, r in cell.entries if (n := claims.short(r))})
+    return f' <span class="claim">({e(notes[0])})</span>' if notes else ""
+
+
+def _claims_section(matrix: Matrix) -> str:
+    def item(f: claims.Finding) -> str:
+        r = f.result
+        observed = f"{SYMBOL[r.status]} {LABEL[r.status]}" + (f" at {r.failure_stage.value}" if r.failure_stage else "")
+        verdict = f"{CLAIM_MISMATCH_SYMBOL} {f.contradiction}" if f.contradiction else "agrees"
+        claim = claims.describe(r.expected) if r.expected else ""
+        return (
+            f'<li><a href="#probe-{e(r.probe)}"><code>{e(r.probe)}</code></a> on {e(f.column.label)} '
+            f"({e(f.loaded.source)}): {e(verdict)}; observed {e(observed)}; the plugin claims {e(claim)}</li>"
+        )
+
+    found = claims.findings(matrix)
+    contradicted = [f for f in found if f.contradiction]
+    declared = [f for f in found if not f.contradiction]
+    return (
+        '<section id="claims"><h2>Claimed vs observed</h2><p>Every probe a plugin does not declare unsupported '
+        "(<code>DeviceSpec.unsupported</code>) is claimed supported.</p>"
+        f"<h3>Contradicting the plugin ({len(contradicted)})</h3>"
+        + (f"<ul>{''.join(item(f) for f in contradicted)}</ul>" if contradicted else "<p>none</p>")
+        + f"<h3>Declared unsupported ({len(declared)})</h3>"
+        + (f"<ul>{''.join(item(f) for f in declared)}</ul>" if declared else "<p>none</p>")
+        + "</section>"
     )
 
 
@@ -195,6 +238,10 @@ def _evidence(probe: str, loaded: LoadedRun, result: ProbeResult) -> str:
                 else f"vs {n.reference}",
             )
         )
+    if result.expected is not None:
+        rows.append(("plugin claims", claims.describe(result.expected)))
+        contradiction = claims.mismatch(result)
+        rows.append(("claim vs observed", f"{CLAIM_MISMATCH_SYMBOL} {contradiction}" if contradiction else "agree"))
     if result.fallback_ops:
         rows.append(("CPU fallback ops", ", ".join(result.fallback_ops)))
     if result.params:
@@ -322,7 +369,8 @@ body{margin:1rem 1.5rem}h1{font-size:1.6rem}h2{font-size:1.2rem;margin-top:2rem}
 th.col{min-width:11rem}.versions,.runs,.desc{font-weight:normal;font-size:.8rem;color:#444}
 .flag{font-size:.8rem;font-weight:bold;margin-top:.2rem}.flag.unhealthy::before,.flag.unavailable::before{content:"⚠ "}
 td.shim{font-size:.8rem;color:#444}
-summary{cursor:pointer;white-space:nowrap}.sym{display:inline-block;width:1.1em;text-align:center;font-weight:bold}
+summary{cursor:pointer;white-space:nowrap}.claim{display:block;font-size:.8rem;margin-left:1.1em}
+.claim.mismatch{font-weight:bold}.sym{display:inline-block;width:1.1em;text-align:center;font-weight:bold}
 .evidence{max-width:42rem;white-space:normal;margin-top:.3rem}
 .entry{border-top:1px dashed #999;padding-top:.3rem;margin-top:.3rem}
 table.kv th{font-weight:600;padding-right:.5rem;vertical-align:top;white-space:nowrap}table.kv td{word-break:break-word}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
+from anydevice.compat_matrix import claims
 from anydevice.compat_matrix.merge import Cell, Diff, Matrix
 from anydevice.compat_matrix.runner import reproduce_command
 from anydevice.compat_matrix.schema import Status
-from anydevice.compat_matrix.symbols import DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING
+from anydevice.compat_matrix.symbols import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|#!~])")
 
@@ -22,10 +23,20 @@ def md(text: object) -> str:
 def _cell_text(cell: Cell) -> str:
     status = cell.status
     if status is None:
-        return f"{DISAGREE_SYMBOL} disagree (" + ", ".join(f"{LABEL[s]} ×{n}" for s, n in cell.counts()) + ")"
-    text = f"{SYMBOL[status]} {LABEL[status]}"
-    stages = sorted({r.failure_stage.value for _, r in cell.entries if r.failure_stage is not None})
-    return text + (f" at {'/'.join(stages)}" if stages else "")
+        text = f"{DISAGREE_SYMBOL} disagree (" + ", ".join(f"{LABEL[s]} ×{n}" for s, n in cell.counts()) + ")"
+    else:
+        text = f"{SYMBOL[status]} {LABEL[status]}"
+        stages = sorted({r.failure_stage.value for _, r in cell.entries if r.failure_stage is not None})
+        text += f" at {'/'.join(stages)}" if stages else ""
+    return text + _claim_note(cell)
+
+
+def _claim_note(cell: Cell) -> str:
+    contradicted = [r for _, r in cell.entries if claims.mismatch(r)]
+    if contradicted:
+        return f" {CLAIM_MISMATCH_SYMBOL} {claims.short(contradicted[0])}"
+    notes = sorted({n for _, r in cell.entries if (n := claims.short(r))})
+    return f" ({notes[0]})" if notes else ""
 
 
 def render_markdown(matrix: Matrix) -> str:
@@ -42,6 +53,9 @@ def render_markdown(matrix: Matrix) -> str:
     out += ["## Legend", ""]
     out += [f"- {SYMBOL[s]} {LABEL[s]}" for s in Status] + [
         f"- {DISAGREE_SYMBOL} disagree: runs in one column saw different statuses",
+        f"- {CLAIM_MISMATCH_SYMBOL} claimed …: the probe contradicts what the plugin declares "
+        "(claimed unsupported but it works, or claimed supported but it fails)",
+        "- (declared unsupported): the plugin declares it does not support this; a fail or skip is what it expects",
         "",
     ]
     out += ["## Columns", ""]
@@ -58,6 +72,7 @@ def render_markdown(matrix: Matrix) -> str:
             cells = [md(_cell_text(matrix.cell(row.probe, c))) for c in matrix.columns]
             out.append(f"| `{row.probe}` | " + " | ".join(cells) + " |")
         out.append("")
+    out += _claims(matrix)
     out += _problems(matrix)
     out += _runs(matrix)
     out += _diffs(matrix)
@@ -78,6 +93,34 @@ def _notices(matrix: Matrix) -> list[str]:
                 + md(health.note or "")
             )
     return (["## Notices", "", *lines, ""]) if lines else []
+
+
+def _claims(matrix: Matrix) -> list[str]:
+    def item(f: claims.Finding) -> str:
+        r = f.result
+        observed = f"{SYMBOL[r.status]} {LABEL[r.status]}" + (f" at {r.failure_stage.value}" if r.failure_stage else "")
+        verdict = f"{CLAIM_MISMATCH_SYMBOL} {f.contradiction}" if f.contradiction else "agrees"
+        claim = claims.describe(r.expected) if r.expected else ""
+        where = f"`{r.probe}` on {f.column.id} ({md(f.loaded.source)})"
+        return f"- {where}: {verdict}; observed {observed}; the plugin claims {md(claim)}"
+
+    found = claims.findings(matrix)
+    contradicted = [item(f) for f in found if f.contradiction]
+    declared = [item(f) for f in found if not f.contradiction]
+    return [
+        "## Claimed vs observed",
+        "",
+        "Every probe a plugin does not declare unsupported (`DeviceSpec.unsupported`) is claimed supported.",
+        "",
+        f"### Contradicting the plugin ({len(contradicted)})",
+        "",
+        *(contradicted or ["None."]),
+        "",
+        f"### Declared unsupported ({len(declared)})",
+        "",
+        *(declared or ["None."]),
+        "",
+    ]
 
 
 def _problems(matrix: Matrix) -> list[str]:

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from anydevice.compat_matrix import catalog, protocol
+from anydevice.compat_matrix import catalog, claims, protocol
 from anydevice.compat_matrix.probe import Probe
 from anydevice.compat_matrix.progress import Progress
 from anydevice.compat_matrix.schema import (
@@ -81,7 +81,8 @@ def run_probes(
     started = datetime.now(timezone.utc)
     clock = time.perf_counter()
     problems: list[str] = []
-    probes = catalog.select(catalog.all_probes(problems, modules=modules), only)
+    every = catalog.all_probes(problems, modules=modules)
+    probes = catalog.select(every, only)
     progress = progress or Progress(len(probes))
     progress.total = len(probes)
     state = _State(notices=list(problems))
@@ -99,6 +100,10 @@ def run_probes(
             break
         if pending and state.setup_error is None and state.gated is None:
             progress.note(f"respawning the probe worker for {len(pending)} remaining probes")
+    unsupported = dict((state.backend or {}).get("unsupported") or {})
+    unknown = sorted(set(unsupported) - {p.name for p in every})
+    if unknown:
+        state.notices.append(f"the plugin declares unsupported probes that do not exist: {', '.join(unknown)}")
     run = _assemble(state, probes, started, argv, seed, simulated)
     if out is not None:
         dump_run(run, out)
@@ -261,7 +266,7 @@ def _synthetic(probe: Probe, status: Status, reason: str, stage: Stage | None = 
 def _assemble(
     state: _State, probes: list[Probe], started: datetime, argv: Sequence[str], seed: int, simulated: bool | None
 ) -> Run:
-    """Fill in every probe (untested / skipped where nothing ran) and describe the environment."""
+    """Fill in every probe (untested / skipped where nothing ran), set the plugin's claims, describe the environment."""
     results: list[ProbeResult] = []
     setup = state.setup_error
     for probe in probes:
@@ -281,6 +286,8 @@ def _assemble(
                 _synthetic(probe, Status.HARNESS_ERROR, "not run: " + (state.notices[-1] if state.notices else "worker stopped"))
             )
     backend = state.backend or {}
+    if state.backend is not None:  # a device was selected: set its plugin's claims against every probe
+        results = claims.with_claims(results, backend.get("unsupported") or {})
     env = state.env
     requested = env.get("ANYDEVICE") or os.environ.get("ANYDEVICE")
     sanity = state.results.get(catalog.SANITY_NAME)

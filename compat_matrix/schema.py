@@ -70,6 +70,19 @@ class Numerics(_Model):
     reference: str = "cpu"
 
 
+class Claim(_Model):
+    """What the selected plugin declares about a probe (``DeviceSpec.unsupported``): supported unless listed."""
+
+    supported: bool
+    reason: str | None = Field(default=None, max_length=MAX_REASON)
+
+    @model_validator(mode="after")
+    def _reason_for_unsupported(self) -> Claim:
+        if not self.supported and not self.reason:
+            raise ValueError("a claim of unsupported needs a reason")
+        return self
+
+
 class ProbeResult(_Model):
     """One probe's outcome on one run."""
 
@@ -84,7 +97,8 @@ class ProbeResult(_Model):
     message: str | None = Field(default=None, max_length=MAX_MESSAGE)
     numerics: Numerics | None = None
     fallback_ops: list[str] = Field(default_factory=list)
-    expected: Status | None = None
+    expected: Claim | None = None
+    """The plugin's claim for this probe; None when no device was selected (or the file predates claims)."""
     duration_s: float = Field(default=0.0, ge=0)
     log: str = Field(default="", max_length=MAX_LOG)
 

@@ -33,3 +33,6 @@ DISAGREE_SYMBOL: Final = "≠"
 # Statuses that count as "working" for diffs between runs.
 WORKING: Final = frozenset({Status.PASS, Status.FALLBACK, Status.FAKE})
 BROKEN: Final = frozenset({Status.FAIL, Status.HARNESS_ERROR, Status.PARTIAL})
+
+# Marks a cell whose observed status contradicts what the plugin declares (text follows it).
+CLAIM_MISMATCH_SYMBOL: Final = "‼"

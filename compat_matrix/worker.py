@@ -52,10 +52,13 @@ def base_env() -> dict[str, Any]:
 def backend_env(backend: Any) -> dict[str, Any]:
     """The selected backend described for the result file."""
     vendor_package = None
+    unsupported: dict[str, str] = {}
     try:
         from anydevice.registry import get_registry
 
-        vendor_package = get_registry().get(backend.name).spec.vendor_package
+        spec = get_registry().get(backend.name).spec
+        vendor_package = spec.vendor_package
+        unsupported = {str(k): str(v) for k, v in spec.unsupported.items()}
     except Exception:  # descriptive only
         vendor_package = None
     versions = {str(k): str(v) for k, v in dict(backend.versions).items()}
@@ -73,6 +76,7 @@ def backend_env(backend: Any) -> dict[str, Any]:
         "why": backend.why,
         "simulated": not getattr(backend, "verified_on_hardware", True),
         "memory_bytes": _host_memory() if backend.device_type == "cpu" else None,
+        "unsupported": unsupported,
     }
 
 

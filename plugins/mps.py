@@ -68,5 +68,14 @@ def load() -> Shims:
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
-        DeviceSpec(name="mps", aliases=("metal",), detect=detect, load=load, priority=60, description="Apple-silicon GPU (Metal)")
+        DeviceSpec(
+            name="mps",
+            aliases=("metal",),
+            detect=detect,
+            load=load,
+            priority=60,
+            description="Apple-silicon GPU (Metal)",
+            # the vendor table above says fsdp=False: wrap(model, "fsdp") raises UnsupportedFeatureError
+            unsupported={"fsdp_step": "FSDP2 is not offered on mps (the eager table sets fsdp=False); use wrap(model, 'ddp')."},
+        )
     )

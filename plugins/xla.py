@@ -17,6 +17,15 @@ from anydevice.shims import versions
 from anydevice.shims.contracts import Shims
 from anydevice.shims.lazy_xla import PJRT_DEVICES, XlaVendor, requested_pjrt_device
 
+# What the matrix should see fail or skip on xla; each entry is backed by a real run.
+UNSUPPORTED = {
+    # shims/lazy_xla.py raises UnsupportedFeatureError: fully_shard on torch_xla raised "DeviceMesh process
+    # groups not initialized" [ran]; compat_matrix/results/xla-pjrt-cpu.json, fsdp_step fails at place.
+    "fsdp_step": "FSDP2 (fully_shard) does not run on torch_xla; use wrap(model, 'ddp') or torch_xla's SPMD sharding.",
+    # compat_matrix/results/xla-pjrt-cpu.json: pin_memory() raised "Found no NVIDIA driver" on PJRT CPU [ran].
+    "pin_memory": "torch_xla registers no pinned host allocator: Tensor.pin_memory() asks CUDA, which PJRT CPU lacks.",
+}
+
 INSTALL = "pip install torch_xla with the torch of the same major.minor (e.g. torch==2.9.0 torch_xla==2.9.0)"
 
 
@@ -89,5 +98,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             priority=-10,
             vendor_package="torch_xla",
             description="any PJRT device via torch_xla (PJRT_DEVICE; CPU when unset)",
+            unsupported=UNSUPPORTED,
         )
     )

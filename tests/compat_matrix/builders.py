@@ -6,9 +6,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from anydevice.compat_matrix.claims import SUPPORTED
 from anydevice.compat_matrix.schema import (
     SCHEMA_VERSION,
     AnydeviceInfo,
+    Claim,
     EnvInfo,
     Hardware,
     Health,
@@ -142,7 +144,26 @@ def fixture_runs() -> dict[str, Run]:
             chip=evil,
             day=6,
         ),
+        "mps-claims.json": claims_run(),
     }
+
+
+def claims_run() -> Run:
+    """An mps run with claims: declared unsupported and failing, declared unsupported and passing, supported and failing."""
+    unsupported = Claim(supported=False, reason="FSDP2 is not offered on mps.")
+    pinned = Claim(supported=False, reason="pinned memory is not offered on mps.")
+    return run(
+        [
+            result("sanity", Status.PASS, "sanity", expected=SUPPORTED),
+            result("fsdp_step", Status.FAIL, "collectives", failure_stage=Stage.PLACE, expected=unsupported),
+            result("pin_memory", Status.PASS, "placement", expected=pinned),
+            result("sdpa", Status.FAIL, expected=SUPPORTED),
+            result("conv2d", Status.PASS, expected=SUPPORTED),
+        ],
+        plugin="mps",
+        chip="Apple M3",
+        day=2,
+    )
 
 
 def write_fixtures(directory: Path = FIXTURES) -> None:

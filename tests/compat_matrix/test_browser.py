@@ -69,8 +69,8 @@ def test_fixture_page_in_chromium(browser: Any, fixture_site: Path) -> None:
     view = Page(browser, fixture_site)
     page = view.page
     rows = page.locator("#matrix tr.probe-row")
-    assert rows.count() == 5
-    assert page.locator("#matrix > thead th.col").count() == 6
+    assert rows.count() == 7
+    assert page.locator("#matrix > thead th.col").count() == 7
 
     # open a cell's evidence
     cell = page.locator("#probe-sdpa td.cell").first
@@ -88,14 +88,17 @@ def test_fixture_page_in_chromium(browser: Any, fixture_site: Path) -> None:
 
     # filters
     page.select_option("#filter-shim", "collectives")
-    assert page.locator("#matrix tr.probe-row:visible").count() == 1
-    assert page.locator("#filter-count").inner_text() == "1 of 5 probes shown"
+    assert page.locator("#matrix tr.probe-row:visible").count() == 2  # all_reduce, fsdp_step
+    assert page.locator("#filter-count").inner_text() == "2 of 7 probes shown"
     page.select_option("#filter-shim", "all")
     page.select_option("#filter-status", "fake")
     visible = page.locator("#matrix tr.probe-row:visible")
     assert visible.count() == 2 and page.locator("#probe-matmul").is_visible() and page.locator("#probe-sanity").is_visible()
+    page.select_option("#filter-status", "claim-mismatch")  # mps-claims.json: pin_memory works, sdpa fails
+    assert page.locator("#probe-pin_memory").is_visible() and page.locator("#probe-sdpa").is_visible()
+    assert page.locator("#matrix tr.probe-row:visible").count() == 2
     page.select_option("#filter-status", "all")
-    assert rows.locator("visible=true").count() == 5
+    assert rows.locator("visible=true").count() == 7
 
     # the diff view between two runs of one device
     options = page.locator("#diff-a option").all_inner_texts()

@@ -66,7 +66,7 @@ def test_cli_render_reports_malformed_files_on_stderr(tmp_path: Path, capsys: py
 
 def test_merge_keeps_every_run_and_shows_disagreement() -> None:
     matrix = build_matrix(_fixtures())
-    assert len(matrix.runs) == 7
+    assert len(matrix.runs) == 8
     cpu_columns = [c for c in matrix.columns if c.label.startswith("cpu")]
     assert sorted(len(c.runs) for c in cpu_columns) == [1, 2]  # torch 2.12 alone; two machines on 2.13
     shared = next(c for c in cpu_columns if len(c.runs) == 2)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from anydevice.compat_matrix import catalog
+from anydevice.compat_matrix.claims import SUPPORTED
 from anydevice.compat_matrix.cli import main
 from anydevice.compat_matrix.progress import Progress
 from anydevice.compat_matrix.runner import _assemble, _State, run_probes
@@ -31,6 +32,7 @@ def test_probe_run_on_cpu_writes_a_valid_file(tmp_path: Path, monkeypatch: pytes
     assert loaded == run
     assert [r.probe for r in run.results] == ["sanity", "dtype_int8", "matmul"]
     assert all(r.status is Status.PASS for r in run.results), [(r.probe, r.reason) for r in run.results]
+    assert all(r.expected == SUPPORTED for r in run.results)  # the cpu plugin declares nothing unsupported
     assert run.health.sanity_passed and run.health.device_available
     assert run.hardware.device_type == "cpu" and run.env.torch and run.plugin.name == "cpu"
     assert run.invocation.command == "ANYDEVICE=cpu anydevice matrix probe --out cpu.json"
@@ -58,6 +60,7 @@ def test_unavailable_device_gives_an_honest_file(tmp_path: Path, monkeypatch: py
     assert run.plugin.name == "tpu" and "not available" in (run.health.note or "")
     assert {r.status for r in run.results} == {Status.SKIP}
     assert all((r.reason or "").startswith("device not available") for r in run.results)
+    assert all(r.expected is None for r in run.results)  # no device selected: no plugin claims
 
 
 def test_failed_sanity_gates_the_rest() -> None:
