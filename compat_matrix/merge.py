@@ -13,7 +13,7 @@ from pathlib import Path
 
 from anydevice.compat_matrix.probe import SHIMS
 from anydevice.compat_matrix.schema import ProbeResult, ResultFileError, Run, Status, load_run
-from anydevice.compat_matrix.symbols import BROKEN, WORKING
+from anydevice.compat_matrix.symbols import BROKEN, SIMULATED, WORKING
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class LoadedRun:
     def device(self) -> str:
         """The device identity diffs compare within: plugin, chip, simulated or not."""
         hw = self.run.hardware
-        return f"{self.run.plugin.name} / {hw.chip or hw.device_type}" + (" (simulated)" if hw.simulated else "")
+        return f"{self.run.plugin.name} / {hw.chip or hw.device_type}" + (f" ({SIMULATED})" if hw.simulated else "")
 
     @property
     def healthy(self) -> bool:
@@ -192,7 +192,7 @@ def _columns(runs: list[LoadedRun]) -> list[Column]:
         first = groups[key][0].run
         label = f"{first.plugin.name} · {first.hardware.chip or first.hardware.device_type}"
         if first.hardware.simulated:
-            label += " (simulated)"
+            label += f" ({SIMULATED})"
         versions = [f"anydevice {first.anydevice.version}", f"torch {first.env.torch or '?'}"]
         if first.plugin.vendor_package:
             versions.append(f"{first.plugin.vendor_package} {first.plugin.vendor_version or '?'}")

@@ -10,7 +10,7 @@ from anydevice.compat_matrix import claims
 from anydevice.compat_matrix.merge import Cell, Column, Diff, LoadedRun, Matrix
 from anydevice.compat_matrix.runner import reproduce_command
 from anydevice.compat_matrix.schema import ProbeResult, Status
-from anydevice.compat_matrix.symbols import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL
+from anydevice.compat_matrix.symbols import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SIMULATED, SYMBOL
 
 LOG_EXCERPT = 1500
 
@@ -273,7 +273,7 @@ def _env_line(loaded: LoadedRun) -> str:
     parts += [f"{k} {v}" for k, v in sorted(run.env.runtimes.items())]
     hw = run.hardware
     parts += [
-        f"chip {hw.chip or 'unknown'} x{hw.device_count}" + (" (simulated)" if hw.simulated else ""),
+        f"chip {hw.chip or 'unknown'} x{hw.device_count}" + (f" ({SIMULATED})" if hw.simulated else ""),
         f"python {run.env.python}",
         run.env.os,
     ]

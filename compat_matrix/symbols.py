@@ -25,10 +25,11 @@ LABEL: Final[dict[Status, str]] = {
     Status.SKIP: "skip",
     Status.HARNESS_ERROR: "harness error",
     Status.UNTESTED: "untested",
-    Status.FAKE: "fake (simulated)",
+    Status.FAKE: "fake (simulated, not verified on hardware)",
 }
 
 DISAGREE_SYMBOL: Final = "≠"
+SIMULATED: Final = "simulated: not verified on hardware"
 
 # Statuses that count as "working" for diffs between runs.
 WORKING: Final = frozenset({Status.PASS, Status.FALLBACK, Status.FAKE})

@@ -76,7 +76,7 @@ def test_merge_keeps_every_run_and_shows_disagreement() -> None:
     assert matrix.cell("all_reduce", xla).status is Status.UNTESTED and not matrix.cell("all_reduce", xla).entries
     html = build_site(_fixtures()).files["index.html"]
     assert "disagree: pass ×1, pass (CPU fallback) ×1" in html
-    assert "UNHEALTHY" in html and "device not available" in html and "fake (simulated)" in html
+    assert "UNHEALTHY" in html and "device not available" in html and "fake (simulated, not verified on hardware)" in html
 
 
 def test_diff_finds_newly_broken_and_newly_working() -> None:
