@@ -201,7 +201,8 @@ def check_neuron_cores(ctx: Context) -> list[Check]:
     if num is not None and num != str(count):
         return [
             Check(
-                name, "fail",
+                name,
+                "fail",
                 f"{name}={value} names {count} core(s) but NEURON_RT_NUM_CORES={num}",
                 f"unset NEURON_RT_NUM_CORES, or set NEURON_RT_NUM_CORES={count}",
             )
@@ -227,7 +228,8 @@ def check_autoload_cost(ctx: Context, measure: bool = False) -> list[Check]:
             cost = measure_import_cost() if measure else "typically +2-3 s, and it loads its runtime"
             checks.append(
                 Check(
-                    label, "warn",
+                    label,
+                    "warn",
                     f"{module} is installed and torch's backend autoload is on: every `import torch` imports it "
                     f"({cost}) although {ctx.selected or ctx.requested} is selected",
                     f"export {settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name}=0 (anydevice still loads {module} when {name} is "
@@ -330,13 +332,19 @@ def run_checks(measure_imports: bool = False, registry: Registry | None = None) 
         if check is check_selection:
             checks.extend(check_autoload_cost(ctx, measure_imports))
     settings_checked = {c.name for c in checks} & {
-        "PJRT_DEVICE", "CUDA_VISIBLE_DEVICES", settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name, "NEURON_RT_VISIBLE_CORES"
+        "PJRT_DEVICE",
+        "CUDA_VISIBLE_DEVICES",
+        settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name,
+        "NEURON_RT_VISIBLE_CORES",
     }
     if not settings_checked:
         checks.insert(
             next(i for i, c in enumerate(checks) if c.name == "selection") + 1,
-            Check("settings", "ok", "no conflicting PJRT_DEVICE, CUDA_VISIBLE_DEVICES, TORCH_DEVICE_BACKEND_AUTOLOAD or "
-                  "NEURON_RT_VISIBLE_CORES"),
+            Check(
+                "settings",
+                "ok",
+                "no conflicting PJRT_DEVICE, CUDA_VISIBLE_DEVICES, TORCH_DEVICE_BACKEND_AUTOLOAD or NEURON_RT_VISIBLE_CORES",
+            ),
         )
     return checks
 

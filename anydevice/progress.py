@@ -140,9 +140,7 @@ class Progress:
             self._draw_bar("")
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc_type is not None and not self._closed:
             self.close(self.line("interrupted" if exc_type is KeyboardInterrupt else "failed"))
         self.close()

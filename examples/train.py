@@ -132,8 +132,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", type=Path, help="save checkpoints here and resume from the latest")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="save every K steps (0: only at the end)")
     p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--crash-at-step", type=int, default=0, metavar="K",
-                   help="fault injection for tests: SIGKILL this process right after step K, unless it resumed from a checkpoint")
+    p.add_argument(
+        "--crash-at-step",
+        type=int,
+        default=0,
+        metavar="K",
+        help="fault injection for tests: SIGKILL this process right after step K, unless it resumed from a checkpoint",
+    )
     p.add_argument("--crash-rank", type=int, default=None, metavar="R", help="with --crash-at-step: only rank R (default: all)")
     args = p.parse_args(argv)
     if args.checkpoint_dir and args.parallel == "fsdp":

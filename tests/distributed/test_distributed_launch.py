@@ -122,8 +122,21 @@ def test_elastic_restart_recovers_from_a_crash(tmp_path):
         assert row["trained_steps"] == 5  # steps 6..10 after the restart
     assert ranks[0]["param_checksum"] == ranks[1]["param_checksum"]
 
-    no_restart = anydevice_run("-n", "2", TRAIN, *args, "--checkpoint-dir", tmp_path / "b", "--checkpoint-every", "5",
-                               "--crash-at-step", "6", "--crash-rank", "1", timeout=240)
+    no_restart = anydevice_run(
+        "-n",
+        "2",
+        TRAIN,
+        *args,
+        "--checkpoint-dir",
+        tmp_path / "b",
+        "--checkpoint-every",
+        "5",
+        "--crash-at-step",
+        "6",
+        "--crash-rank",
+        "1",
+        timeout=240,
+    )
     assert no_restart.returncode != 0  # without --max-restarts the same crash ends the run
     assert "SIGKILL" in no_restart.stderr
 
@@ -145,8 +158,21 @@ def test_two_nodes_meet_at_a_rendezvous_endpoint():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "anydevice", "run", "-n", "1", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
-           "--run-id", "two-nodes", str(WORKERS / "collectives.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "anydevice",
+        "run",
+        "-n",
+        "1",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--run-id",
+        "two-nodes",
+        str(WORKERS / "collectives.py"),
+    ]
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": _env({}), "cwd": REPO}
     nodes = [subprocess.Popen(cmd, **pipes) for _ in range(2)]
     outputs = [node.communicate(timeout=120) for node in nodes]

@@ -14,16 +14,30 @@ from anydevice.doctor import Check, disk_check, hides_every_gpu, render
 from tests.utils import REPO, child_env
 
 # Variables doctor judges: each test starts without them and sets the ones it breaks.
-JUDGED = ("PJRT_DEVICE", "CUDA_VISIBLE_DEVICES", "TORCH_DEVICE_BACKEND_AUTOLOAD", "NEURON_RT_VISIBLE_CORES",
-          "NEURON_RT_NUM_CORES", "CXX", "ANYDEVICE_KEEP_AUTOLOAD")
+JUDGED = (
+    "PJRT_DEVICE",
+    "CUDA_VISIBLE_DEVICES",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "NEURON_RT_VISIBLE_CORES",
+    "NEURON_RT_NUM_CORES",
+    "CXX",
+    "ANYDEVICE_KEEP_AUTOLOAD",
+)
 
 
-def doctor(*args: str, env: Mapping[str, str] | None = None, python: str = sys.executable,
-           pythonpath: Path | None = None) -> subprocess.CompletedProcess[str]:
+def doctor(
+    *args: str, env: Mapping[str, str] | None = None, python: str = sys.executable, pythonpath: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m anydevice doctor`` for real, in a clean environment plus ``env``."""
     base = {k: v for k, v in child_env(pythonpath=pythonpath).items() if k not in JUDGED}
-    return subprocess.run([python, "-m", "anydevice", "doctor", *args], env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    return subprocess.run(
+        [python, "-m", "anydevice", "doctor", *args],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
 
 
 def line(out: subprocess.CompletedProcess[str], name: str) -> str:
@@ -85,11 +99,14 @@ def test_autoload_values_torch_does_not_understand_warn() -> None:
     assert doctor("--strict", env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "true"}).returncode == 1
 
 
-@pytest.mark.parametrize(("cores", "num", "fix"), [
-    ("0-3", "2", "set NEURON_RT_NUM_CORES=4"),
-    ("zero", None, "write cores as 0, 0-3 or 0,2"),
-    ("3-1", None, "write it as 1-3"),
-])
+@pytest.mark.parametrize(
+    ("cores", "num", "fix"),
+    [
+        ("0-3", "2", "set NEURON_RT_NUM_CORES=4"),
+        ("zero", None, "write cores as 0, 0-3 or 0,2"),
+        ("3-1", None, "write it as 1-3"),
+    ],
+)
 def test_neuron_visible_cores_that_cannot_work(cores: str, num: str | None, fix: str) -> None:
     env = {"NEURON_RT_VISIBLE_CORES": cores, **({"NEURON_RT_NUM_CORES": num} if num else {})}
     out = doctor(env=env)
@@ -145,8 +162,11 @@ def test_gpu_visibility_parsing() -> None:
 
 def test_each_problem_is_one_line_with_its_fix() -> None:
     text = render([Check("a", "ok", "fine"), Check("b", "fail", "broken", "do this")])
-    assert text.splitlines() == ["ok    a  fine", "FAIL  b  broken  -> fix: do this",
-                                 "1 problem(s), 0 warning(s): apply the fixes above and run `anydevice doctor` again"]
+    assert text.splitlines() == [
+        "ok    a  fine",
+        "FAIL  b  broken  -> fix: do this",
+        "1 problem(s), 0 warning(s): apply the fixes above and run `anydevice doctor` again",
+    ]
 
 
 @pytest.mark.slow

@@ -121,8 +121,16 @@ def test_main_job_reports_mfu_from_the_toy_chips_peak(plugin_site: Path) -> None
 
 def test_llama_7b_config_counts_its_matmul_parameters() -> None:
     # LLaMA-7B: 6,738,415,616 parameters; minus the input embedding (32000 x 4096) and 65 RMSNorm weights
-    config = {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008, "vocab_size": 32000,
-              "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048}
+    config = {
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "vocab_size": 32000,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "hidden_act": "silu",
+        "max_position_embeddings": 2048,
+    }
     assert matmul_params_from_config(config) == 6_738_415_616 - 32000 * 4096 - 65 * 4096
     n = matmul_params_from_config(config)
     assert flops_per_token_from_config(config) == 6 * n + 12 * 32 * 4096 * 2048

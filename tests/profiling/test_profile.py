@@ -92,8 +92,9 @@ def test_record_without_a_profile_is_harmless() -> None:
         assert torch.ones(2).sum().item() == 2.0
 
 
-def test_quiet_silences_the_profile_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_quiet_silences_the_profile_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANYDEVICE_QUIET", "1")
     ad.use("cpu")
     with ad.profile(tmp_path):

@@ -43,15 +43,35 @@ def loop(config: dict) -> None:
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
-    ray.init(address="local", include_dashboard=False, num_cpus=2, _node_ip_address="127.0.0.1",
-             log_to_driver=True, configure_logging=False)
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        num_cpus=2,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=True,
+        configure_logging=False,
+    )
     try:
         scaling = scaling_config(2)
-        t = trainer(loop, num_workers=2, train_loop_config={"train_py": str(TRAIN), "out": str(out)},
-                    scaling=scaling, run=RunConfig(name="anydevice-ray-test", storage_path=str(out / "ray_results")))
+        t = trainer(
+            loop,
+            num_workers=2,
+            train_loop_config={"train_py": str(TRAIN), "out": str(out)},
+            scaling=scaling,
+            run=RunConfig(name="anydevice-ray-test", storage_path=str(out / "ray_results")),
+        )
         result = t.fit()
-        print(json.dumps({"error": str(result.error) if result.error else None,
-                          "resources": scaling.resources_per_worker, "use_gpu": scaling.use_gpu, "env": worker_env(),
-                          "ranks": [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "error": str(result.error) if result.error else None,
+                    "resources": scaling.resources_per_worker,
+                    "use_gpu": scaling.use_gpu,
+                    "env": worker_env(),
+                    "ranks": [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))],
+                }
+            ),
+            flush=True,
+        )
     finally:
         ray.shutdown()

@@ -50,8 +50,14 @@ def main(strategy: str) -> None:
     full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]  # FSDP2 shards are DTensors
     values = torch.cat([p.detach().to("cpu", torch.float64).flatten() for p in full]).tolist()
     digest = hashlib.sha256(repr(values).encode()).hexdigest()  # repr of a float is exact: equal digests, equal bits
-    row = {"rank": rank, "world_size": ad.distributed.world_size(), "wrapper": type(model).__name__,
-           "param_types": kinds, "params": digest, "losses": losses}
+    row = {
+        "rank": rank,
+        "world_size": ad.distributed.world_size(),
+        "wrapper": type(model).__name__,
+        "param_types": kinds,
+        "params": digest,
+        "losses": losses,
+    }
     print(json.dumps(row), flush=True)
 
 
