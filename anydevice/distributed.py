@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 _LAUNCH = (settings.RANK, settings.WORLD_SIZE, settings.LOCAL_RANK, settings.MASTER_ADDR, settings.MASTER_PORT)
 _NEEDED = (settings.RANK, settings.WORLD_SIZE, settings.MASTER_ADDR, settings.MASTER_PORT)
+_NO_AVG_BACKENDS = frozenset({"xla"})  # torch_xla's process group rejects ReduceOp.AVG: sum, then divide
 _REDUCE_OPS = {"sum": "SUM", "avg": "AVG", "mean": "AVG", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 _owned_group = False
 
@@ -171,7 +172,11 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     reduce_op = _op(op)
     if _alone():
         return tensor
-    _dist().all_reduce(tensor, op=reduce_op)
+    dist = _dist()
+    if reduce_op == dist.ReduceOp.AVG and dist.get_backend() in _NO_AVG_BACKENDS:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor.div_(dist.get_world_size())
+    dist.all_reduce(tensor, op=reduce_op)
     return tensor
 
 
