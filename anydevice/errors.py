@@ -8,7 +8,6 @@ The hierarchy::
     ├── DeviceUnavailableError          a named device cannot be used here, and why
     │   ├── VersionMismatchError        torch and the vendor package do not pair
     │   └── NoDeviceAvailableError      no entry of a list (or ``auto``) is usable
-    ├── NotBuiltError                   the device is usable but its plugin's shims are not built yet
     ├── PluginError                     a plugin failed to import, register or load
     ├── UnsupportedFeatureError         the selected device does not support a requested feature
     └── DistributedError                a launch environment is missing or half set
@@ -101,10 +100,6 @@ class NoDeviceAvailableError(DeviceUnavailableError):
         lines = "; ".join(f"{name}: {why}" for name, why in rejections)
         super().__init__(request, f"no device in '{request}' is usable ({lines})", None, available)
         self.rejections = tuple(rejections)
-
-
-class NotBuiltError(AnyDeviceError):
-    """The device is present but its plugin does not implement the shims yet."""
 
 
 class PluginError(AnyDeviceError):
