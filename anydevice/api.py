@@ -152,11 +152,5 @@ def _report_profile(session: TraceSession, steps: int, options: dict[str, Any]) 
 @contextmanager
 def record(name: str) -> Iterator[None]:
     """Annotate a region so it shows by ``name`` in the device's trace (every vendor's profiler)."""
-    profiling = current().shims.profiling
-    recorder: Callable[[str], AbstractContextManager[None]] | None = getattr(profiling, "record", None)
-    if recorder is None:  # a plugin written before Profiling.record existed: torch.profiler's annotation
-        from anydevice.shims.torch_profiler import record as torch_record
-
-        recorder = torch_record
-    with recorder(name):
+    with current().shims.profiling.record(name):
         yield

@@ -18,8 +18,6 @@ from typing import Any
 from anydevice import settings
 from anydevice.errors import AnyDeviceError
 
-VENDOR_MODULES = ("torch_tpu", "torch_xla", "torch_neuronx")
-
 # Subcommands implemented in their own modules: name -> (module, help)
 DELEGATED: dict[str, tuple[str, str]] = {
     "doctor": ("anydevice.doctor", "diagnose the environment; non-zero exit with fixes on problems"),
@@ -72,10 +70,18 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def imported_vendor_modules() -> list[str]:
+    """The devices' vendor modules (``DeviceSpec.vendor_modules``) this process has imported."""
+    from anydevice.registry import get_registry
+
+    registry = get_registry()
+    declared = {m for name in registry.names() for m in registry.get(name).spec.vendor_modules}
+    return sorted(m for m in declared if m in sys.modules)
+
+
 def environment_info() -> dict[str, Any]:
     """Versions and imported vendor modules, for ``info`` and bug reports."""
-    from anydevice import __version__
-    from anydevice.shims import detect
+    from anydevice import __version__, detect
 
     return {
         "anydevice": __version__,
@@ -83,7 +89,7 @@ def environment_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "torch": detect.torch_version(),
         "requested": settings.ANYDEVICE.get(),
-        "imported_vendor_modules": sorted(m for m in VENDOR_MODULES if m in sys.modules),
+        "imported_vendor_modules": imported_vendor_modules(),
     }
 
 
@@ -92,7 +98,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from anydevice.backend import current
 
     data = {**environment_info(), "backend": current().as_dict()}
-    data["imported_vendor_modules"] = sorted(m for m in VENDOR_MODULES if m in sys.modules)
+    data["imported_vendor_modules"] = imported_vendor_modules()
     if args.json:
         _print_json(data)
         return 0

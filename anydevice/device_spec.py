@@ -6,6 +6,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from anydevice.versions import PairRule
+
 if TYPE_CHECKING:
     from anydevice.shims.contracts import Shims
 
@@ -64,6 +66,18 @@ class DeviceSpec:
     :param unsupported: features the plugin declares it does not support: compatibility-matrix probe
         name -> one sentence saying why. Every probe not listed is claimed supported; the matrix sets
         each claim against what the probe observed.
+    :param vendor_modules: top-level modules the device imports once selected (``info`` and ``doctor``
+        report which of them a process has imported).
+    :param paired_packages: distributions whose version must pair with torch's -> the rule
+        (``lockstep`` or ``requires_dist``); ``doctor`` checks each before anything is imported.
+    :param pjrt_names: ``PJRT_DEVICE`` values that mean this device's hardware (``TPU``; ``CUDA`` and ``GPU``).
+    :param find_hardware: cheap scan for the device's chips or device nodes, needing no package and
+        importing nothing; returns one entry per chip or node found. Other plugins use it through the
+        registry (the ``xla`` device checks the hardware behind ``PJRT_DEVICE`` with it).
+    :param ray_resource: the Ray resource one worker of this device asks for (``GPU``, ``TPU``), or a
+        function that decides at launch time; None: a worker needs only a CPU.
+    :param environment: variables that steer the device, which ``doctor`` judges through the plugin's
+        ``anydevice_doctor_checks`` hook (listed on its summary line when none conflicts).
     """
 
     name: str
@@ -80,3 +94,15 @@ class DeviceSpec:
     """The module torch's backend autoload would import for this device (``torch_tpu``), if any."""
     unsupported: Mapping[str, str] = field(default_factory=dict)
     """Probe name -> why the plugin does not support it (what the matrix expects to fail or skip)."""
+    vendor_modules: tuple[str, ...] = ()
+    """Top-level modules the device imports once selected (``torch_xla``); reported by ``info``/``doctor``."""
+    paired_packages: Mapping[str, PairRule] = field(default_factory=dict)
+    """Distribution -> how its version must pair with torch's; ``doctor`` checks each one."""
+    pjrt_names: tuple[str, ...] = ()
+    """``PJRT_DEVICE`` values that name this device's hardware."""
+    find_hardware: Callable[[], list[str]] | None = None
+    """Cheap hardware scan (no package needed, nothing imported): one entry per chip or device node."""
+    ray_resource: str | Callable[[], str | None] | None = None
+    """The Ray resource one worker asks for, or a function deciding it at launch; None: CPU only."""
+    environment: tuple[str, ...] = ()
+    """Variables that steer the device; the plugin's ``anydevice_doctor_checks`` hook judges them."""

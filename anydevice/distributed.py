@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from anydevice import settings
 from anydevice.backend import current
-from anydevice.errors import DistributedError
+from anydevice.errors import DistributedError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     import torch
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 _LAUNCH = (settings.RANK, settings.WORLD_SIZE, settings.LOCAL_RANK, settings.MASTER_ADDR, settings.MASTER_PORT)
 _NEEDED = (settings.RANK, settings.WORLD_SIZE, settings.MASTER_ADDR, settings.MASTER_PORT)
-_NO_AVG_BACKENDS = frozenset({"xla"})  # torch_xla's process group rejects ReduceOp.AVG: sum, then divide
 _REDUCE_OPS = {"sum": "SUM", "avg": "AVG", "mean": "AVG", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 _owned_group = False
 
@@ -91,7 +90,7 @@ def init(timeout_s: float | None = None) -> None:
     dist = _dist()
     backend = current()
     collectives, placement = backend.shims.collectives, backend.shims.placement
-    if placement.device_type != "cpu" and placement.device_count() > 0:
+    if placement.device_count() > 0:
         placement.set_device(placement.device(backend.index).index or 0)
     if dist.is_initialized():
         return
@@ -151,6 +150,21 @@ def _op(op: str) -> Any:
         raise DistributedError(f"Unknown reduce op '{op}'.", f"Use one of: {', '.join(_REDUCE_OPS)}.") from None
 
 
+def _emulated_avg(op: str) -> bool:
+    """True when ``op`` is an average the device's process group lacks (``Collectives.lacking_reduce_ops``):
+    it is then summed and divided by the world size. Any other lacking op raises."""
+    name = _REDUCE_OPS[op.lower()]
+    collectives = current().shims.collectives
+    if name not in collectives.lacking_reduce_ops:
+        return False
+    if name == "AVG":
+        return True
+    raise UnsupportedFeatureError(
+        f"The '{collectives.backend}' process group has no {name} reduction.",
+        f"Use one of: {', '.join(k for k, v in _REDUCE_OPS.items() if v not in collectives.lacking_reduce_ops)}.",
+    )
+
+
 def _alone() -> bool:
     """True for a single process without a group: collectives are local identities."""
     if is_initialized():
@@ -173,7 +187,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     if _alone():
         return tensor
     dist = _dist()
-    if reduce_op == dist.ReduceOp.AVG and dist.get_backend() in _NO_AVG_BACKENDS:
+    if _emulated_avg(op):
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor.div_(dist.get_world_size())
     dist.all_reduce(tensor, op=reduce_op)
@@ -215,6 +229,9 @@ def reduce_scatter(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     dist = _dist()
     out = torch.empty((tensor.shape[0] // n, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
     single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # renamed in torch 2.13
+    if _emulated_avg(op):
+        single(out, tensor.contiguous(), op=dist.ReduceOp.SUM)
+        return out.div_(n)
     single(out, tensor.contiguous(), op=reduce_op)
     return out
 

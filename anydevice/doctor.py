@@ -3,11 +3,14 @@
     anydevice doctor [--json] [--strict] [--measure-imports]
 
 Checks: torch and each vendor package's version pairing (read from metadata, before anything is
-imported), installed plugins and their detection, what ``ANYDEVICE`` selects, conflicting
-settings (``PJRT_DEVICE``, ``CUDA_VISIBLE_DEVICES``, ``TORCH_DEVICE_BACKEND_AUTOLOAD``,
-``NEURON_RT_VISIBLE_CORES``), the import cost of autoloaded backends nobody selected, a C++
+imported; the packages and rules are the plugins' ``DeviceSpec.paired_packages``), installed
+plugins and their detection, what ``ANYDEVICE`` selects, conflicting settings (the plugins judge
+their own variables through the ``anydevice_doctor_checks`` hook; core judges
+``TORCH_DEVICE_BACKEND_AUTOLOAD``), the import cost of autoloaded backends nobody selected, a C++
 compiler for inductor, and free disk for the compile caches. Neither torch nor a vendor library
 is imported (``--measure-imports`` times ``import torch`` in child processes).
+
+Every diagnosis is one line: ``MARK  name  message  -> fix: what to do``.
 
 Exit status: 0 when healthy (warnings allowed unless ``--strict``), 1 when a check failed.
 """
@@ -17,50 +20,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from anydevice import autoload, settings
-from anydevice.errors import AnyDeviceError
+from anydevice import autoload, detect, settings, versions
+from anydevice.diagnosis import Check, DoctorContext, Status
+from anydevice.errors import AnyDeviceError, DeviceUnavailableError
 from anydevice.progress import Progress
 from anydevice.registry import Registry, get_registry
 from anydevice.selection import parse, resolve
-from anydevice.shims import detect, versions
 
-Status = Literal["ok", "info", "warn", "fail"]
+__all__ = ["Check", "Context", "DoctorContext", "Status", "main", "render", "run_checks"]
+
+Context = DoctorContext  # the name the checks below use
 MARK: dict[Status, str] = {"ok": "ok  ", "info": "--  ", "warn": "WARN", "fail": "FAIL"}
-PAIRED_PACKAGES = ("torch_xla", "torch_tpu", "torch-neuronx")
 MIN_FREE_GIB, LOW_FREE_GIB = 1.0, 5.0
-# PJRT_DEVICE values that agree with a device anydevice provides without torch_xla's `xla` device
-PJRT_FOR = {"cpu": ("CPU",), "cuda": ("CUDA", "GPU"), "tpu": ("TPU",), "neuron": ("NEURON",)}
-NEURON_CORES = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the report: what was checked, how it went, and the fix when it did not."""
-
-    name: str
-    status: Status
-    message: str
-    fix: str | None = None
-
-
-@dataclass
-class Context:
-    """What the checks share: the registry, the user's selection and what it resolves to."""
-
-    registry: Registry
-    requested: str
-    requested_names: list[str]
-    selected: str | None = None
 
 
 # -- versions -------------------------------------------------------------------------------
@@ -68,18 +48,30 @@ def check_torch(ctx: Context) -> list[Check]:
     build = detect.torch_build()
     if not build:
         return [Check("torch", "fail", "torch is not installed", "pip install torch")]
-    kind = next((f"{k.upper()} {v}" for k, v in build.items() if k != "version" and v), "CPU")
+    kind = next((f"{k.upper()} {v}" for k, v in detect.accelerator_builds(build).items()), "CPU")
     return [Check("torch", "ok", f"torch {build.get('version')} ({kind} build)")]
 
 
+def paired_packages(registry: Registry) -> dict[str, versions.PairRule]:
+    """Every vendor distribution a device declares must pair with torch, with its rule (first declaration wins)."""
+    pairs: dict[str, versions.PairRule] = {}
+    for name in registry.names():
+        for package, rule in registry.get(name).spec.paired_packages.items():
+            pairs.setdefault(package, rule)
+    return pairs
+
+
 def check_pairs(ctx: Context) -> list[Check]:
-    found = [(package, versions.check_pair(package)) for package in PAIRED_PACKAGES]
+    declared = paired_packages(ctx.registry)
+    found = [(package, versions.check_pair(package, rule)) for package, rule in declared.items()]
     checks = [
         Check(package, "ok" if pair.ok else "fail", pair.reason, None if pair.ok else pair.fix)
         for package, pair in found
         if pair is not None
     ]
-    return checks or [Check("vendor packages", "info", f"none of {', '.join(PAIRED_PACKAGES)} is installed")]
+    if checks or not declared:
+        return checks
+    return [Check("vendor packages", "info", f"none of {', '.join(declared)} is installed")]
 
 
 # -- plugins and selection ------------------------------------------------------------------
@@ -104,7 +96,7 @@ def check_plugins(ctx: Context) -> list[Check]:
             checks.append(Check(label, "ok", f"available: {found.reason}{chip}{source}"))
         else:  # absent hardware or package is normal; a mismatch of a paired package is reported above
             problem = found.problem in ("plugin_error", "hardware_without_package") or (
-                found.problem == "version_mismatch" and entry.spec.vendor_package not in PAIRED_PACKAGES
+                found.problem == "version_mismatch" and entry.spec.vendor_package not in entry.spec.paired_packages
             )
             checks.append(Check(label, "fail" if problem else "info", f"not available: {found.reason}{source}", found.fix))
     return checks
@@ -113,6 +105,9 @@ def check_plugins(ctx: Context) -> list[Check]:
 def check_selection(ctx: Context) -> list[Check]:
     try:
         choice = resolve(ctx.requested, ctx.registry)
+    except DeviceUnavailableError as exc:
+        available = f" Available here: {', '.join(exc.available) or 'none'}."
+        return [Check("selection", "fail", f"ANYDEVICE={ctx.requested}: {exc.message}{available}", exc.fix)]
     except AnyDeviceError as exc:
         return [Check("selection", "fail", f"ANYDEVICE={ctx.requested}: {exc.message}", exc.hint)]
     ctx.selected = choice.name
@@ -121,48 +116,31 @@ def check_selection(ctx: Context) -> list[Check]:
 
 
 # -- settings -------------------------------------------------------------------------------
-def check_pjrt_device(ctx: Context) -> list[Check]:
-    value = (settings.PJRT_DEVICE.get() or "").upper()
-    if not value:
-        return []
-    explicit = bool(ctx.requested_names)
-    names = ctx.requested_names or ([ctx.selected] if ctx.selected else [])
-    for name in names:
-        if name == "xla":
-            return [Check("PJRT_DEVICE", "ok", f"PJRT_DEVICE={value} picks the runtime of the xla device")]
-        if name in PJRT_FOR and value not in PJRT_FOR[name]:
-            how = f"ANYDEVICE={ctx.requested} selects {name}" if explicit else f"ANYDEVICE=auto picked {name}"
-            return [
+def check_plugin_settings(ctx: Context) -> list[Check]:
+    """Every plugin's own checks (``anydevice_doctor_checks``); a plugin whose hook raises fails, named."""
+    checks: list[Check] = []
+    hook = ctx.registry.pm.hook.anydevice_doctor_checks
+    for impl in hook.get_hookimpls():
+        try:
+            found = impl.function(context=ctx)
+        except Exception as exc:
+            checks.append(
                 Check(
-                    "PJRT_DEVICE",
-                    "fail" if explicit else "warn",
-                    f"PJRT_DEVICE={value} asks torch_xla for {value} but {how}",
-                    f"unset PJRT_DEVICE, or run on {value} through torch_xla with ANYDEVICE=xla PJRT_DEVICE={value}",
+                    f"plugin {impl.plugin_name}",
+                    "fail",
+                    f"failed at doctor checks: {type(exc).__name__}: {exc}",
+                    f"fix or uninstall the package that provides plugin '{impl.plugin_name}'",
                 )
-            ]
-    if not names:
-        return [Check("PJRT_DEVICE", "info", f"PJRT_DEVICE={value} applies only when the xla device is selected")]
-    return [Check("PJRT_DEVICE", "ok", f"PJRT_DEVICE={value} agrees with ANYDEVICE={ctx.requested}")]
+            )
+            continue
+        checks.extend(c for c in found or () if c not in checks)
+    return checks
 
 
-def hides_every_gpu(value: str) -> bool:
-    """True when ``CUDA_VISIBLE_DEVICES=value`` leaves no GPU (the driver stops at the first bad entry)."""
-    first = value.split(",", 1)[0].strip()
-    return not (first.isdigit() or first.upper().startswith(("GPU-", "MIG-")))
-
-
-def check_cuda_visible(ctx: Context) -> list[Check]:
-    value = os.environ.get(settings.CUDA_VISIBLE_DEVICES.name)
-    if value is None or not hides_every_gpu(value):
-        return []
-    shown = f"CUDA_VISIBLE_DEVICES={value!r}"
-    fix = "unset CUDA_VISIBLE_DEVICES, or list the GPUs to use, e.g. CUDA_VISIBLE_DEVICES=0,1"
-    name = settings.CUDA_VISIBLE_DEVICES.name
-    if "cuda" in ctx.requested_names:
-        return [Check(name, "fail", f"{shown} hides every GPU but ANYDEVICE={ctx.requested} asks for cuda", fix)]
-    if detect.device_files("/dev/nvidia[0-9]*") or detect.device_files("/dev/kfd"):
-        return [Check(name, "warn", f"{shown} hides every GPU of this machine: auto will not pick cuda", fix)]
-    return [Check(name, "info", f"{shown} hides every GPU (this machine has none anyway)")]
+def judged_settings(registry: Registry) -> list[str]:
+    """The variables doctor judges: ``TORCH_DEVICE_BACKEND_AUTOLOAD`` and every device's ``environment``."""
+    names = [v for name in registry.names() for v in registry.get(name).spec.environment]
+    return list(dict.fromkeys([*names, settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name]))
 
 
 def user_autoload_value() -> str | None:
@@ -180,35 +158,10 @@ def check_autoload_setting(ctx: Context) -> list[Check]:
     if value not in ("0", "1"):
         fix = f"set {name}=0 (off) or {name}=1 (on)"
         return [Check(name, "warn", f"{name}={value!r}: torch treats every value but '1' as off", fix)]
-    state = "on" if value == "1" else "off: autoloaded backends (torch_tpu, TorchNeuron) load only when anydevice selects them"
+    modules = sorted({m for n in ctx.registry.names() if (m := ctx.registry.get(n).spec.autoload_module)})
+    backends = f"autoloaded backends ({', '.join(modules)})" if modules else "autoloaded backends"
+    state = "on" if value == "1" else f"off: {backends} load only when anydevice selects them"
     return [Check(name, "ok", f"{name}={value}: {state}")]
-
-
-def check_neuron_cores(ctx: Context) -> list[Check]:
-    value = settings.NEURON_RT_VISIBLE_CORES.get()
-    if value is None:
-        return []
-    name = settings.NEURON_RT_VISIBLE_CORES.name
-    if not NEURON_CORES.match(value.replace(" ", "")):
-        return [Check(name, "fail", f"{name}={value!r} is not a core list", f"write cores as 0, 0-3 or 0,2 (e.g. {name}=0-1)")]
-    count = 0
-    for part in value.replace(" ", "").split(","):
-        low, _, high = part.partition("-")
-        if high and int(high) < int(low):
-            return [Check(name, "fail", f"{name}={value!r}: the range {part} runs backwards", f"write it as {high}-{low}")]
-        count += int(high) - int(low) + 1 if high else 1
-    num = settings.NEURON_RT_NUM_CORES.get()
-    if num is not None and num != str(count):
-        return [
-            Check(
-                name,
-                "fail",
-                f"{name}={value} names {count} core(s) but NEURON_RT_NUM_CORES={num}",
-                f"unset NEURON_RT_NUM_CORES, or set NEURON_RT_NUM_CORES={count}",
-            )
-        ]
-    scope = "" if "neuron" in ctx.requested_names or ctx.selected == "neuron" else " (applies only when neuron is selected)"
-    return [Check(name, "ok", f"{name}={value}: {count} NeuronCore(s){scope}")]
 
 
 def check_autoload_cost(ctx: Context, measure: bool = False) -> list[Check]:
@@ -308,10 +261,8 @@ CHECKS: tuple[Callable[[Context], list[Check]], ...] = (
     check_pairs,
     check_plugins,
     check_selection,
-    check_pjrt_device,
-    check_cuda_visible,
+    check_plugin_settings,
     check_autoload_setting,
-    check_neuron_cores,
     check_compiler,
     check_cache_disk,
 )
@@ -331,22 +282,33 @@ def run_checks(measure_imports: bool = False, registry: Registry | None = None) 
         checks.extend(check(ctx))
         if check is check_selection:
             checks.extend(check_autoload_cost(ctx, measure_imports))
-    settings_checked = {c.name for c in checks} & {
-        "PJRT_DEVICE",
-        "CUDA_VISIBLE_DEVICES",
-        settings.TORCH_DEVICE_BACKEND_AUTOLOAD.name,
-        "NEURON_RT_VISIBLE_CORES",
-    }
-    if not settings_checked:
+    judged = judged_settings(registry)
+    if not {c.name for c in checks} & set(judged):
+        listed = ", ".join(judged[:-1]) + (" or " if len(judged) > 1 else "") + judged[-1]
         checks.insert(
             next(i for i, c in enumerate(checks) if c.name == "selection") + 1,
-            Check(
-                "settings",
-                "ok",
-                "no conflicting PJRT_DEVICE, CUDA_VISIBLE_DEVICES, TORCH_DEVICE_BACKEND_AUTOLOAD or NEURON_RT_VISIBLE_CORES",
-            ),
+            Check("settings", "ok", f"no conflicting {listed}"),
         )
-    return checks
+    return [one_line(c) for c in checks]
+
+
+def _joined(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def one_line(check: Check) -> Check:
+    """``check`` in the report's one shape: message and fix on one line each, the fix without a "Fix:" label."""
+    message = _joined(check.message)
+    fix = _joined(check.fix) if check.fix else None
+    if fix and fix.lower().startswith("fix:"):
+        fix = fix[4:].strip()
+    return Check(check.name, check.status, message, fix or None)
+
+
+def imported_modules(registry: Registry) -> list[str]:
+    """torch and the devices' vendor modules (``DeviceSpec.vendor_modules``) this process has imported."""
+    modules = {"torch", *(m for name in registry.names() for m in registry.get(name).spec.vendor_modules)}
+    return sorted(m for m in modules if m in sys.modules)
 
 
 def healthy(checks: Sequence[Check], strict: bool = False) -> bool:
@@ -385,7 +347,7 @@ def main(argv: list[str]) -> int:
             "problems": sum(c.status == "fail" for c in checks),
             "warnings": sum(c.status == "warn" for c in checks),
             "checks": [asdict(c) for c in checks],
-            "imported": sorted(m for m in ("torch", "torch_xla", "torch_tpu", "torch_neuronx") if m in sys.modules),
+            "imported": imported_modules(get_registry()),
         }
         print(json.dumps(data, indent=2))
     else:

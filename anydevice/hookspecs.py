@@ -22,6 +22,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from anydevice.device_spec import DeviceSpec
+    from anydevice.diagnosis import Check, DoctorContext
 
 PROJECT: Final = "anydevice"
 CONTRACT_VERSION: Final = 1
@@ -44,4 +45,15 @@ def anydevice_register_probes(register: Callable[[Any], None]) -> None:
     """Add compatibility-matrix probes.
 
     :param register: call it with a :class:`anydevice.compat_matrix.probe.Probe` per probe.
+    """
+
+
+@hookspec
+def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
+    """Judge the settings this plugin's devices read (``DeviceSpec.environment``), for ``anydevice doctor``.
+
+    :param context: the registry and the user's selection (:class:`~anydevice.diagnosis.DoctorContext`).
+    :returns: one :class:`~anydevice.diagnosis.Check` per variable that is set (none when unset): ``fail``
+        with a fix when it breaks the selection, ``warn`` when it could, ``ok``/``info`` otherwise. Must not
+        import torch or a vendor library. Core prints the checks in the settings section of the report.
     """

@@ -6,12 +6,12 @@ The parent resolves ``ANYDEVICE`` by cheap detection (no unselected vendor packa
 torch's backend autoload is turned off for the children where the selection does not need it),
 loads the selected plugin's shims and hands a :class:`LaunchSpec` to its launcher:
 
-* the Collectives shim may define ``launch(spec) -> int``: it then launches everything itself
-  (e.g. TorchTPU: ``set_tpu_launch_env`` in the parent, then :func:`spawn`);
-* otherwise ``collectives.launcher`` names an entry of :data:`LAUNCHERS`: ``"torchrun"`` (torch
-  elastic, one fresh interpreter per rank) or ``"spawn"`` (torch elastic, ranks started by
-  multiprocessing spawn) or ``"single-process"`` (one rank only, e.g. mps). :func:`register_launcher`
-  adds more.
+the Collectives shim's ``launch(spec) -> int`` (declared in ``anydevice.shims.contracts``). The
+shared shims run the entry of :data:`LAUNCHERS` that ``collectives.launcher`` names: ``"torchrun"``
+(torch elastic, one fresh interpreter per rank) or ``"spawn"`` (torch elastic, ranks started by
+multiprocessing spawn; TorchTPU sets ``set_tpu_launch_env`` in the parent through ``launch_env``)
+or ``"single-process"`` (one rank only, e.g. mps). :func:`register_launcher` adds more; a device
+that launches its own way implements ``launch`` itself.
 
 Both built-in launchers run on torch elastic (``torch.distributed.launcher.api``): a failing rank
 stops the others at once, the run exits non-zero and shows that rank's traceback, and
@@ -237,16 +237,12 @@ def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
     return spec, collectives
 
 
-def launcher_for(collectives: Any) -> Launcher:
-    """The shim's own ``launch`` method, else the registered launcher its ``launcher`` names."""
-    own = getattr(collectives, "launch", None)
-    if callable(own):
-        return own  # type: ignore[no-any-return]
-    name = collectives.launcher
+def registered_launcher(name: str) -> Launcher:
+    """The launcher registered under ``name`` (what a Collectives shim's ``launcher`` names)."""
     if name not in LAUNCHERS:
         raise DistributedError(
             f"The selected device's launcher '{name}' is not known to anydevice run.",
-            f"Known launchers: {', '.join(sorted(LAUNCHERS))}. The plugin should define collectives.launch(spec) "
+            f"Known launchers: {', '.join(sorted(LAUNCHERS))}. The plugin should implement collectives.launch(spec) "
             "or call anydevice.launch.register_launcher.",
         )
     return LAUNCHERS[name]
@@ -258,7 +254,8 @@ def main(argv: list[str]) -> int:
         return _rank_main(argv[1:])
     args = build_parser().parse_args(argv)
     spec, collectives = plan(args)
-    return launcher_for(collectives)(spec)
+    result: int = collectives.launch(spec)
+    return result
 
 
 if __name__ == "__main__":

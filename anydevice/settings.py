@@ -96,7 +96,7 @@ TORCH_DEVICE_BACKEND_AUTOLOAD: Final = Setting(
 
 CUDA_VISIBLE_DEVICES: Final = Setting(
     "CUDA_VISIBLE_DEVICES",
-    'Which NVIDIA/AMD GPUs the process sees; `""` or `-1` hides every GPU. `anydevice doctor` reports it.',
+    'Which NVIDIA/AMD GPUs the process sees; `""`, `-1`, `none` or `NoDevFiles` hides every GPU. `anydevice doctor` reports it.',
     owner="CUDA",
 )
 NEURON_RT_VISIBLE_CORES: Final = Setting(

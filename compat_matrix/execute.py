@@ -10,13 +10,16 @@ import traceback
 import types
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from anydevice.compat_matrix.context import ProbeContext
 from anydevice.compat_matrix.probe import HarnessError, Partial, Probe, Skip
 from anydevice.compat_matrix.schema import MAX_LOG, MAX_MESSAGE, MAX_REASON, ProbeResult, Stage, Status, bounded
+
+if TYPE_CHECKING:
+    from anydevice.backend import Backend
 
 _FALLBACK = re.compile(
     r"fall(?:s|ing)?[ _-]?back|not (?:currently )?(?:supported|implemented) on the \w+ (?:backend|device)", re.I
@@ -25,13 +28,11 @@ _OP_NAME = re.compile(r"(aten::[\w.]+)|operator '([\w:.]+)'")
 _OK = (Status.PASS, Status.FALLBACK)
 
 
-def fallback_counter(backend: Any) -> Callable[[], dict[str, int]]:
-    """Per-op CPU-fallback counts from the placement shim's optional ``fallback_ops()``; {} without it."""
-    counter = getattr(getattr(getattr(backend, "shims", None), "placement", None), "fallback_ops", None)
+def fallback_counter(backend: Backend) -> Callable[[], dict[str, int]]:
+    """Per-op CPU-fallback counts from the placement shim's ``fallback_ops()`` (declared in the contract)."""
+    counter = backend.shims.placement.fallback_ops
 
     def read() -> dict[str, int]:
-        if not callable(counter):
-            return {}
         try:
             return {str(k): int(v) for k, v in dict(counter()).items()}
         except Exception:  # an optional counter must never fail a probe

@@ -33,6 +33,7 @@ def load() -> Shims:
     return eager_shims(
         EagerVendor(
             device_type="cpu",
+            host=True,  # one device, no index; set_device and synchronize are torch.cpu's no-ops
             compile_backend="inductor",  # needs a C++ compiler
             dist_backend="gloo",
             chip=chip,
@@ -44,4 +45,13 @@ def load() -> Shims:
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(DeviceSpec(name="cpu", detect=detect, load=load, priority=0, description="host CPU (always available)"))
+    register(
+        DeviceSpec(
+            name="cpu",
+            detect=detect,
+            load=load,
+            priority=0,
+            description="host CPU (always available)",
+            pjrt_names=("CPU",),
+        )
+    )

@@ -6,14 +6,20 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from anydevice import detect as d
 from anydevice import settings
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.hookspecs import hookimpl
-from anydevice.shims import detect as d
 from anydevice.shims.contracts import Shims
 
 if TYPE_CHECKING:
     import torch
+
+    from anydevice.diagnosis import Check, DoctorContext
+
+NAME = "cuda"
+NODE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd")
+"""Device nodes of NVIDIA GPUs and of AMD's ROCm driver."""
 
 # Dense bf16 TFLOP/s per chip (vendor datasheets; the sparse figures are twice these). A chip not
 # listed has no peak: MFU is reported as unknown, never guessed from a neighbour.
@@ -46,9 +52,24 @@ def chip_from_name(name: str) -> str:
     return next((chip for pattern, chip in _NAME_PATTERNS if pattern in flat), name)
 
 
+def hides_every_gpu(value: str) -> bool:
+    """True when ``CUDA_VISIBLE_DEVICES=value`` leaves no GPU.
+
+    The driver reads entries up to the first that is not an index or a ``GPU-``/``MIG-`` UUID, so
+    an empty value, ``-1``, ``none`` or Slurm's ``NoDevFiles`` hide every GPU.
+    """
+    first = value.split(",", 1)[0].strip()
+    return not (first.isdigit() or first.upper().startswith(("GPU-", "MIG-")))
+
+
 def _hidden() -> bool:
     value = os.environ.get(settings.CUDA_VISIBLE_DEVICES.name)  # "" hides every GPU, so no .get() default
-    return value is not None and value.strip() in ("", "-1")
+    return value is not None and hides_every_gpu(value)
+
+
+def gpu_nodes() -> list[str]:
+    """The GPU device nodes of this machine (NVIDIA and ROCm), found without importing anything."""
+    return [node for pattern in NODE_GLOBS for node in d.device_files(pattern)]
 
 
 def detect() -> Detection:
@@ -64,7 +85,7 @@ def detect() -> Detection:
         return Detection.missing(
             "CUDA_VISIBLE_DEVICES hides every GPU", "unset CUDA_VISIBLE_DEVICES or list the GPUs to use", "disabled"
         )
-    if not (d.device_files("/dev/nvidia[0-9]*") or d.device_files("/dev/kfd") or os.path.isdir("/proc/driver/nvidia")):
+    if not (gpu_nodes() or os.path.isdir("/proc/driver/nvidia")):
         return Detection.missing(
             "no NVIDIA or AMD GPU driver found (/dev/nvidia*, /dev/kfd)",
             "run on a machine with a GPU and its driver installed",
@@ -132,12 +153,34 @@ def load() -> Shims:
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
         DeviceSpec(
-            name="cuda",
+            name=NAME,
             aliases=("gpu", "rocm"),
             detect=detect,
             load=load,
             priority=80,
             vendor_package="torch",
             description="NVIDIA CUDA or AMD ROCm GPUs",
+            pjrt_names=("CUDA", "GPU"),
+            find_hardware=gpu_nodes,
+            ray_resource="GPU",
+            environment=(settings.CUDA_VISIBLE_DEVICES.name,),
         )
     )
+
+
+@hookimpl
+def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
+    """``CUDA_VISIBLE_DEVICES`` that hides every GPU: fails when cuda is asked for, warns on a GPU machine."""
+    from anydevice.diagnosis import Check
+
+    name = settings.CUDA_VISIBLE_DEVICES.name
+    value = os.environ.get(name)
+    if value is None or not hides_every_gpu(value):
+        return []
+    shown = f"{name}={value!r}"
+    fix = f"unset {name}, or list the GPUs to use, e.g. {name}=0,1"
+    if NAME in context.requested_names:
+        return [Check(name, "fail", f"{shown} hides every GPU but ANYDEVICE={context.requested} asks for {NAME}", fix)]
+    if gpu_nodes():
+        return [Check(name, "warn", f"{shown} hides every GPU of this machine: auto will not pick {NAME}", fix)]
+    return [Check(name, "info", f"{shown} hides every GPU (this machine has none anyway)")]

@@ -10,24 +10,36 @@ XLA-based (``PJRT_DEVICE=NEURON`` and the shared XLA shims). Tested only against
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from anydevice import settings
+from anydevice import detect as d
+from anydevice import settings, versions
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.hookspecs import hookimpl
-from anydevice.shims import detect as d
-from anydevice.shims import versions
+from anydevice.shims import lazy_xla
 from anydevice.shims.contracts import Shims
+from anydevice.shims.lazy_xla import XlaVendor
+
+if TYPE_CHECKING:
+    from anydevice.diagnosis import Check, DoctorContext
 
 DISTRIBUTION = "torch-neuronx"
 NATIVE_SINCE = (2, 14)  # torch-neuronx 2.14+ is native TorchNeuron; older releases are XLA-based
 INSTALL = "pip install torch-neuronx from AWS's Neuron index (https://pip.repos.neuron.amazonaws.com) on a Trn/Inf instance"
 NO_DEVICE_FIX = "run on a Trainium (trn1/trn2/trn3) or Inferentia instance with the Neuron driver (/dev/neuron*)"
-# Dense bf16 TFLOP/s per chip (AWS Neuron docs: trainium, trainium2, trainium3 pages). The chip is not
-# known without the vendor's runtime, so MFU stays unknown until TorchNeuron reports it.
+NAME = "neuron"
+NODE_GLOB = "/dev/neuron[0-9]*"
+# Dense bf16 TFLOP/s per chip (AWS Neuron docs: trainium, trainium2, trainium3 pages). The chip comes
+# from the EC2 instance type (:func:`chip`); on an instance type not listed MFU stays unknown.
 PEAK_BF16_TFLOPS = {"Trainium1": 190.0, "Trainium2": 667.0, "Trainium3": 671.0}
+# EC2 instance family (before the ".") -> the chip it carries
+INSTANCE_CHIPS = {"trn1": "Trainium1", "trn1n": "Trainium1", "trn2": "Trainium2", "trn2u": "Trainium2", "trn3": "Trainium3"}
+DMI_PRODUCT = "/sys/devices/virtual/dmi/id/product_name"
+"""On EC2 (Nitro) the DMI product name is the instance type, e.g. ``trn1.32xlarge``."""
+NEURON_CORES = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 PERFETTO_NTFF = "Neuron Explorer, or Perfetto for the trace.json (device traces are .ntff)"
 
 
@@ -39,6 +51,20 @@ def is_native(version: str) -> bool:
 def stack(version: str) -> str:
     """A label for ``anydevice list`` and ``info``."""
     return "native TorchNeuron" if is_native(version) else "XLA-based torch-neuronx (PJRT_DEVICE=NEURON)"
+
+
+def chip(product_path: str = DMI_PRODUCT) -> str | None:
+    """The Trainium generation from the EC2 instance type (``trn2.48xlarge`` -> ``Trainium2``), or None."""
+    try:
+        product = Path(product_path).read_text().strip().lower()
+    except OSError:
+        return None
+    return INSTANCE_CHIPS.get(product.split(".", 1)[0])
+
+
+def neuron_devices() -> list[str]:
+    """The Neuron device nodes (``/dev/neuron0`` ...), found without importing anything."""
+    return d.device_files(NODE_GLOB)
 
 
 def classify(version: str | None, devices: list[str], pair: versions.PairCheck | None = None) -> Detection:
@@ -60,19 +86,27 @@ def classify(version: str | None, devices: list[str], pair: versions.PairCheck |
     if pair is not None and not pair.ok:
         return Detection.missing(pair.reason, pair.fix, "version_mismatch")
     return Detection.ok(
-        f"{len(devices)} Neuron device(s); torch-neuronx {version}, {stack(version)}", count=len(devices), stack=stack(version)
+        f"{len(devices)} Neuron device(s); torch-neuronx {version}, {stack(version)}",
+        count=len(devices),
+        chip=chip(),
+        stack=stack(version),
     )
+
+
+def pair_rule(version: str | None) -> versions.PairRule:
+    """Native TorchNeuron declares its torch range; the XLA-based releases are in lockstep with torch."""
+    return "requires_dist" if version is not None and is_native(version) else "lockstep"
 
 
 def _pair(version: str | None) -> versions.PairCheck | None:
     if version is None:
         return None
-    return versions.check_pair(DISTRIBUTION, "requires_dist" if is_native(version) else "lockstep")
+    return versions.check_pair(DISTRIBUTION, pair_rule(version))
 
 
 def detect() -> Detection:
     version = d.version_of(DISTRIBUTION)
-    return classify(version, d.device_files("/dev/neuron[0-9]*"), _pair(version))
+    return classify(version, neuron_devices(), _pair(version))
 
 
 def rank_cores(local_rank: int) -> dict[str, str]:
@@ -90,8 +124,6 @@ def prepare_environment() -> None:
     if version is not None and is_native(version):
         env[settings.TORCH_NEURONX_NEFF_CACHE_DIR.name] = str(settings.cache_dir("neuron-neff"))
     else:
-        from anydevice.shims import lazy_xla
-
         lazy_xla.prepare_environment(xla_vendor())  # PJRT_DEVICE=NEURON, or an error if it names another runtime
         flags = settings.NEURON_CC_FLAGS.get() or ""
         if "--cache_dir" not in flags:  # keep the user's flags, add the cache
@@ -139,6 +171,7 @@ def _load_native() -> Shims:
             profiler_activities=("PrivateUse1",),
             profiler_config=_profiler_config,
             profiler_viewer=PERFETTO_NTFF,
+            chip=chip,
             peak_tflops=PEAK_BF16_TFLOPS,
             memory_stats=_memory,
             versions=_versions,
@@ -146,13 +179,13 @@ def _load_native() -> Shims:
     )
 
 
-def xla_vendor() -> Any:
+def xla_vendor() -> XlaVendor:
     """The XLA-based path's table for the shared lazy-XLA shims."""
-    from anydevice.shims.lazy_xla import XlaVendor
-
     return XlaVendor(
-        name="neuron",
+        name=NAME,
         pjrt_device="NEURON",
+        chip=chip,
+        peak_tflops=PEAK_BF16_TFLOPS,
         persistent_cache=False,  # neuronx-cc keeps its own NEFF cache (NEURON_CC_FLAGS --cache_dir)
         launch_env=lambda rank, size: dict(rank_cores(rank)),
         lockstep=("torch_xla", DISTRIBUTION),
@@ -160,22 +193,16 @@ def xla_vendor() -> Any:
     )
 
 
-def _load_xla() -> Shims:
-    from anydevice.shims.lazy_xla import xla_shims
-
-    return xla_shims(xla_vendor())
-
-
 def load() -> Shims:
     version = d.version_of(DISTRIBUTION)
-    return _load_native() if version is not None and is_native(version) else _load_xla()
+    return _load_native() if version is not None and is_native(version) else lazy_xla.xla_shims(xla_vendor())
 
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
         DeviceSpec(
-            name="neuron",
+            name=NAME,
             aliases=("trainium", "inferentia"),
             detect=detect,
             load=load,
@@ -185,5 +212,36 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             autoload_module="torch_neuronx",
             description="AWS Trainium / Inferentia (torch-neuronx: native TorchNeuron 2.14+, else XLA)",
             verified_on_hardware=False,
+            vendor_modules=("torch_neuronx", "torch_xla"),
+            paired_packages={DISTRIBUTION: pair_rule(d.version_of(DISTRIBUTION)), "torch_xla": "lockstep"},
+            pjrt_names=("NEURON",),
+            find_hardware=neuron_devices,
+            ray_resource="neuron_cores",
+            environment=(settings.NEURON_RT_VISIBLE_CORES.name, settings.NEURON_RT_NUM_CORES.name),
         )
     )
+
+
+@hookimpl
+def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
+    """``NEURON_RT_VISIBLE_CORES``: a core list (``0``, ``0-3``, ``0,2``) that agrees with ``NEURON_RT_NUM_CORES``."""
+    from anydevice.diagnosis import Check
+
+    value = settings.NEURON_RT_VISIBLE_CORES.get()
+    if value is None:
+        return []
+    name = settings.NEURON_RT_VISIBLE_CORES.name
+    if not NEURON_CORES.match(value.replace(" ", "")):
+        return [Check(name, "fail", f"{name}={value!r} is not a core list", f"write cores as 0, 0-3 or 0,2 (e.g. {name}=0-1)")]
+    count = 0
+    for part in value.replace(" ", "").split(","):
+        low, _, high = part.partition("-")
+        if high and int(high) < int(low):
+            return [Check(name, "fail", f"{name}={value!r}: the range {part} runs backwards", f"write it as {high}-{low}")]
+        count += int(high) - int(low) + 1 if high else 1
+    num_name, num = settings.NEURON_RT_NUM_CORES.name, settings.NEURON_RT_NUM_CORES.get()
+    if num is not None and num != str(count):
+        fix = f"unset {num_name}, or set {num_name}={count}"
+        return [Check(name, "fail", f"{name}={value} names {count} core(s) but {num_name}={num}", fix)]
+    scope = "" if context.concerns(NAME) else f" (applies only when {NAME} is selected)"
+    return [Check(name, "ok", f"{name}={value}: {count} NeuronCore(s){scope}")]

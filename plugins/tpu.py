@@ -15,12 +15,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from anydevice import detect as d
+from anydevice import versions
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.errors import DeviceUnavailableError
 from anydevice.hookspecs import hookimpl
-from anydevice.shims import detect as d
-from anydevice.shims import versions
+from anydevice.shims import lazy_xla
 from anydevice.shims.contracts import Shims
+from anydevice.shims.lazy_xla import XlaVendor
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 TPU_DEVICE_IDS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "v7"}
@@ -29,6 +31,7 @@ PEAK_BF16_TFLOPS = {"TPU v4": 275.0, "TPU v5e": 197.0, "TPU v5p": 459.0, "TPU v6
 INSTALL = "pip install torch_tpu (on a Cloud TPU VM; needs torch 2.11 to 2.15), or pip install torch_xla[tpu]"
 NO_CHIP_FIX = "run on a Cloud TPU VM (PCI vendor 0x1ae0 with /dev/vfio)"
 XPROF = "TensorBoard with the profile plugin, or XProf (open the run directory's .xplane.pb)"
+PAIRED_PACKAGES: dict[str, versions.PairRule] = {"torch_tpu": "requires_dist", "torch_xla": "lockstep"}
 
 
 def tpu_chips(pci_root: str = "/sys/bus/pci/devices", vfio_root: str = "/dev/vfio") -> list[str]:
@@ -62,15 +65,14 @@ def classify(native: bool, xla: bool, chips: list[str], pair: versions.PairCheck
 
 def detect() -> Detection:
     native, xla = d.installed("torch_tpu"), d.installed("torch_xla")
-    pair = versions.check_pair("torch_tpu" if native else "torch_xla") if (native or xla) else None
+    package = "torch_tpu" if native else "torch_xla"
+    pair = versions.check_pair(package, PAIRED_PACKAGES[package]) if (native or xla) else None
     return classify(native, xla, tpu_chips(), pair)
 
 
 def prepare_environment() -> None:
     """torch_xla fallback only: PJRT_DEVICE=TPU before torch_xla is imported (a conflicting value is an error)."""
     if not d.installed("torch_tpu"):
-        from anydevice.shims import lazy_xla
-
         lazy_xla.prepare_environment(xla_vendor())
 
 
@@ -145,21 +147,13 @@ def _load_native() -> Shims:
     )
 
 
-def xla_vendor() -> Any:
+def xla_vendor() -> XlaVendor:
     """The torch_xla fallback's table for the shared lazy-XLA shims."""
-    from anydevice.shims.lazy_xla import XlaVendor
-
     return XlaVendor(name="tpu", pjrt_device="TPU", chip=_chip, peak_tflops=PEAK_BF16_TFLOPS, versions=_versions)
 
 
-def _load_xla() -> Shims:
-    from anydevice.shims.lazy_xla import xla_shims
-
-    return xla_shims(xla_vendor())
-
-
 def load() -> Shims:
-    return _load_native() if d.installed("torch_tpu") else _load_xla()
+    return _load_native() if d.installed("torch_tpu") else lazy_xla.xla_shims(xla_vendor())
 
 
 @hookimpl
@@ -174,5 +168,10 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             autoload_module="torch_tpu",
             prepare_environment=prepare_environment,
             description="Google TPU (TorchTPU, else torch_xla)",
+            vendor_modules=("torch_tpu", "torch_xla"),
+            paired_packages=PAIRED_PACKAGES,
+            pjrt_names=("TPU",),
+            find_hardware=tpu_chips,
+            ray_resource="TPU",
         )
     )

@@ -9,13 +9,22 @@ compile cache is off (a later process cannot deserialise CPU executables).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from anydevice import detect as d
+from anydevice import settings, versions
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.hookspecs import hookimpl
-from anydevice.shims import detect as d
-from anydevice.shims import versions
 from anydevice.shims.contracts import Shims
-from anydevice.shims.lazy_xla import PJRT_DEVICES, XlaVendor, requested_pjrt_device
+from anydevice.shims.lazy_xla import PJRT_DEVICES, XlaVendor, requested_pjrt_device, xla_shims
+
+if TYPE_CHECKING:
+    from anydevice.diagnosis import Check, DoctorContext
+    from anydevice.registry import Registry
+
+NAME = "xla"
+HOST = "CPU"
+"""The PJRT runtime on the host CPU: always present, single-process, no persistent cache."""
 
 # What the matrix should see fail or skip on xla; each entry is backed by a real run.
 UNSUPPORTED = {
@@ -29,22 +38,37 @@ UNSUPPORTED = {
 INSTALL = "pip install torch_xla with the torch of the same major.minor (e.g. torch==2.9.0 torch_xla==2.9.0)"
 
 
-def hardware(pjrt: str) -> tuple[bool, str]:
-    """Whether the PJRT runtime's hardware is present (a cheap check, nothing imported), and what was seen."""
-    if pjrt == "CPU":
-        return True, "the host CPU"
-    if pjrt == "TPU":
-        from anydevice.plugins.tpu import tpu_chips
+def owner(pjrt: str, registry: Registry | None = None) -> DeviceSpec | None:
+    """The device whose hardware ``PJRT_DEVICE=pjrt`` names (its ``DeviceSpec.pjrt_names``), if installed."""
+    from anydevice.registry import get_registry
 
-        chips = tpu_chips()
-        return bool(chips), f"{len(chips)} TPU chip(s)" if chips else "no TPU chip (PCI vendor 0x1ae0 with /dev/vfio)"
-    pattern = {"CUDA": "/dev/nvidia[0-9]*", "NEURON": "/dev/neuron[0-9]*"}[pjrt]
-    found = d.device_files(pattern)
-    return bool(found), f"{len(found)} {pjrt} device(s)" if found else f"no {pjrt} device ({pattern})"
+    registry = registry or get_registry()
+    specs = (registry.get(name).spec for name in registry.names())
+    return next((spec for spec in specs if spec.name != NAME and pjrt in spec.pjrt_names), None)
+
+
+def hardware(pjrt: str) -> tuple[bool, str]:
+    """Whether the PJRT runtime's hardware is present, and what was seen: the owning plugin's cheap scan."""
+    if pjrt == HOST:
+        return True, "the host CPU"
+    spec = owner(pjrt)
+    if spec is None or spec.find_hardware is None:
+        return True, f"{pjrt} hardware not checked (no installed plugin scans for it)"
+    found = spec.find_hardware()
+    seen = f"{len(found)} {pjrt} device(s)" if found else f"no {pjrt} device (the {spec.name} plugin's scan found none)"
+    return bool(found), seen
+
+
+def ray_resource() -> str | None:
+    """The Ray resource of the hardware behind ``PJRT_DEVICE`` (the owning device's), None on PJRT CPU."""
+    spec = owner(requested_pjrt_device(HOST))
+    if spec is None or spec.ray_resource is None:
+        return None
+    return spec.ray_resource if isinstance(spec.ray_resource, str) else spec.ray_resource()
 
 
 def detect() -> Detection:
-    pair = versions.check_pair("torch_xla")
+    pair = versions.check_pair("torch_xla", "lockstep")
     if pair is None:
         return Detection.missing("torch_xla is not installed", INSTALL, "package_missing")
     if not pair.ok:
@@ -64,13 +88,13 @@ def detect() -> Detection:
 
 
 def vendor() -> XlaVendor:
-    pjrt = requested_pjrt_device()
+    pjrt = requested_pjrt_device(HOST)
     return XlaVendor(
-        name="xla",
+        name=NAME,
         pjrt_device=pjrt,  # the user's PJRT_DEVICE, else CPU
         peak_tflops={},  # a generic PJRT device has no known peak: MFU stays unknown
-        persistent_cache=pjrt != "CPU",  # PJRT CPU cannot deserialise cached executables
-        multiprocess=pjrt != "CPU",  # PJRT CPU: every rank sees world size 1, collectives abort
+        persistent_cache=pjrt != HOST,  # PJRT CPU cannot deserialise cached executables
+        multiprocess=pjrt != HOST,  # PJRT CPU: every rank sees world size 1, collectives abort
         versions=lambda: {p: v for p in ("libtpu",) if (v := d.version_of(p))},
     )
 
@@ -82,8 +106,6 @@ def prepare_environment() -> None:
 
 
 def load() -> Shims:
-    from anydevice.shims.lazy_xla import xla_shims
-
     return xla_shims(vendor())
 
 
@@ -91,7 +113,7 @@ def load() -> Shims:
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
         DeviceSpec(
-            name="xla",
+            name=NAME,
             detect=detect,
             load=load,
             prepare_environment=prepare_environment,
@@ -99,5 +121,40 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             vendor_package="torch_xla",
             description="any PJRT device via torch_xla (PJRT_DEVICE; CPU when unset)",
             unsupported=UNSUPPORTED,
+            vendor_modules=("torch_xla",),
+            paired_packages={"torch_xla": "lockstep"},
+            ray_resource=ray_resource,
+            environment=(settings.PJRT_DEVICE.name,),
         )
     )
+
+
+@hookimpl
+def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
+    """``PJRT_DEVICE`` against the selection: it must name the hardware of the device selected (unless xla)."""
+    from anydevice.diagnosis import Check
+
+    name = settings.PJRT_DEVICE.name
+    value = (settings.PJRT_DEVICE.get() or "").upper()
+    if not value:
+        return []
+    explicit = bool(context.requested_names)
+    names = context.requested_names or ([context.selected] if context.selected else [])
+    for device in names:
+        if device == NAME:
+            return [Check(name, "ok", f"{name}={value} picks the runtime of the {NAME} device")]
+        canonical = context.registry.canonical(device)
+        wanted = context.registry.get(canonical).spec.pjrt_names if canonical else ()
+        if wanted and value not in wanted:
+            how = f"ANYDEVICE={context.requested} selects {device}" if explicit else f"ANYDEVICE=auto picked {device}"
+            return [
+                Check(
+                    name,
+                    "fail" if explicit else "warn",
+                    f"{name}={value} asks torch_xla for {value} but {how}",
+                    f"unset {name}, or run on {value} through torch_xla with ANYDEVICE={NAME} {name}={value}",
+                )
+            ]
+    if not names:
+        return [Check(name, "info", f"{name}={value} applies only when the {NAME} device is selected")]
+    return [Check(name, "ok", f"{name}={value} agrees with ANYDEVICE={context.requested}")]

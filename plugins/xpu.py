@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from anydevice import detect as d
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.hookspecs import hookimpl
-from anydevice.shims import detect as d
 from anydevice.shims.contracts import Shims
 
 INTEL_PCI_VENDOR = "0x8086"

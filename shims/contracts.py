@@ -7,7 +7,7 @@ implementations live beside this module (``eager`` for devices driven by ``torch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
+
+    from anydevice.launch import LaunchSpec
 
 T = TypeVar("T")
 
@@ -66,6 +68,13 @@ class Placement(Protocol):
     def save(self, obj: Any, path: Path) -> None:
         """Write ``obj`` portably (tensors moved to CPU first)."""
 
+    def fallback_ops(self) -> dict[str, int]:
+        """Per-op counts of ops the runtime ran on the CPU instead of the device since the process started.
+
+        The compatibility matrix reads it before and after each probe to name the ops that fell back.
+        Empty where the runtime counts none (eager devices report fallbacks as warnings instead).
+        """
+
 
 @runtime_checkable
 class Compilation(Protocol):
@@ -74,7 +83,13 @@ class Compilation(Protocol):
     backend: str
 
     def compile(self, model: T, **options: Any) -> T:
-        """``torch.compile`` with this device's backend; ``options`` are mapped or rejected clearly."""
+        """``torch.compile`` with this device's backend.
+
+        ``options`` are ``torch.compile``'s keywords. Those the device understands are passed on (with
+        the device's defaults, e.g. ``dynamic=False`` on XLA); any other raises
+        :class:`~anydevice.errors.UnsupportedFeatureError` naming the option and the device, before
+        anything is compiled. ``backend=`` overrides the device's backend.
+        """
 
     def cache_dir(self) -> Path | None:
         """Where compiled artefacts are cached, or None when the backend has no persistent cache."""
@@ -87,7 +102,18 @@ class Collectives(Protocol):
     backend: str
     init_method: str
     launcher: str
+    """The registered launcher (``anydevice.launch.LAUNCHERS``) :meth:`launch` runs: ``torchrun``, ``spawn``..."""
     mesh_device_type: str
+    lacking_reduce_ops: frozenset[str]
+    """``torch.distributed.ReduceOp`` names the process group rejects (``{"AVG"}`` on torch_xla).
+    ``anydevice.distributed`` emulates ``AVG`` (sum, then divide) and refuses the others clearly."""
+
+    def launch(self, spec: LaunchSpec) -> int:
+        """Start every local rank of ``spec`` the device's way, wait for them, and return the exit status.
+
+        ``anydevice run`` calls it in the parent. The shared shims run the launcher :attr:`launcher` names;
+        a device that launches its own way implements it directly.
+        """
 
     def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
         """Extra environment a launcher sets for one local rank (e.g. visible cores)."""
@@ -139,6 +165,3 @@ class Shims:
     collectives: Collectives
     profiling: Profiling
     versions: dict[str, str] = field(default_factory=dict)
-
-    def __iter__(self) -> Iterator[object]:
-        return iter((self.placement, self.compilation, self.collectives, self.profiling))

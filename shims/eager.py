@@ -2,8 +2,9 @@
 
 A plugin describes its device with an :class:`EagerVendor` table; :func:`eager_shims` turns
 it into :class:`~anydevice.shims.contracts.Shims`. Where ``torch.accelerator`` does not cover
-the device (cpu, or an accelerator that is not torch's current one) the per-device module
-(``torch.cuda``, ``torch.xpu``, ...) is used instead.
+the device (the host CPU, or an accelerator that is not torch's current one) the per-device
+module (``torch.cpu``, ``torch.cuda``, ``torch.xpu``, ...) is used instead. The cpu plugin is a
+table like the others (``host=True``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import torch
 
 from anydevice import settings
 from anydevice.errors import UnsupportedFeatureError
-from anydevice.shims import common, parallel, torch_profiler
+from anydevice.launch import LaunchSpec, registered_launcher
+from anydevice.shims import common, compile_options, parallel, torch_profiler
 from anydevice.shims.common import Prefetcher, local_rank, portable_save
 from anydevice.shims.contracts import MemoryStats, Shims, TraceSession
 from anydevice.shims.torch_profiler import torch_profiler_trace
@@ -47,6 +49,8 @@ class EagerVendor:
     fsdp: bool = True
     compile_cache_env: str | None = "TORCHINDUCTOR_CACHE_DIR"
     compile_defaults: Mapping[str, Any] = field(default_factory=dict)
+    compile_options: frozenset[str] = compile_options.INDUCTOR
+    """``torch.compile`` keywords the backend understands; others raise naming the option and the device."""
     memory_stats: Callable[[int], Mapping[str, int]] | None = None
     no_memory_stats_reason: str = "this device's runtime reports no allocator statistics"
     versions: Callable[[], dict[str, str]] = lambda: {}
@@ -56,6 +60,8 @@ class EagerVendor:
     """How to open the vendor's trace files, when not Perfetto (e.g. TensorBoard / XProf)."""
     device_module_first: bool = False
     """Use ``torch.<device_type>`` (count, set_device, synchronize) even where ``torch.accelerator`` matches."""
+    host: bool = False
+    """The device is the host itself: ``device()`` has no index, copies to it are synchronous."""
 
 
 def _accelerator_matches(device_type: str, vendor: EagerVendor | None = None) -> bool:
@@ -80,32 +86,26 @@ class EagerPlacement:
         return module if isinstance(module, ModuleType) else None
 
     def device_count(self) -> int:
-        if self.device_type == "cpu":
-            return 1
         if _accelerator_matches(self.device_type, self.vendor):
             return int(torch.accelerator.device_count())
         module = self._module()
         return int(module.device_count()) if module is not None and hasattr(module, "device_count") else 0
 
     def device(self, index: int | None = None) -> torch.device:
-        if self.device_type == "cpu":
-            return torch.device("cpu")
+        if self.vendor.host:
+            return torch.device(self.device_type)
         if index is None:
             count = self.device_count()
             index = local_rank() % count if count else 0
         return torch.device(self.device_type, index)
 
     def set_device(self, index: int) -> None:
-        if self.device_type == "cpu":
-            return
         if _accelerator_matches(self.device_type, self.vendor):
             torch.accelerator.set_device_index(index)
         elif (module := self._module()) is not None and hasattr(module, "set_device"):
             module.set_device(index)
 
     def synchronize(self) -> None:
-        if self.device_type == "cpu":
-            return
         if _accelerator_matches(self.device_type, self.vendor):
             torch.accelerator.synchronize()
         elif (module := self._module()) is not None and hasattr(module, "synchronize"):
@@ -125,8 +125,6 @@ class EagerPlacement:
         return torch.autocast(self.device_type, dtype=dtype or self.autocast_dtype(), enabled=enabled)
 
     def memory_stats(self) -> MemoryStats:
-        if self.device_type == "cpu":
-            return MemoryStats(reason="cpu: torch's CPU allocator keeps no statistics")
         index = self.device().index or 0
         if self.vendor.memory_stats is not None:
             return MemoryStats(self.vendor.memory_stats(index))
@@ -143,10 +141,14 @@ class EagerPlacement:
         return MemoryStats(reason=f"{self.device_type}: {self.vendor.no_memory_stats_reason}")
 
     def data_loader(self, loader: Iterable[T]) -> Iterable[T]:
-        return Prefetcher(loader, self.device(), non_blocking=self.device_type != "cpu")
+        return Prefetcher(loader, self.device(), non_blocking=not self.vendor.host)
 
     def save(self, obj: Any, path: Path) -> None:
         portable_save(obj, path)
+
+    def fallback_ops(self) -> dict[str, int]:
+        """Eager runtimes keep no fallback counters (a CPU fallback shows as a warning the matrix reads)."""
+        return {}
 
 
 class EagerCompilation:
@@ -165,6 +167,9 @@ class EagerCompilation:
         return settings.cache_dir(self.backend)
 
     def compile(self, model: T, **options: Any) -> T:
+        own = options.get("backend", self.backend) == self.backend  # another backend: only torch.compile's keywords
+        understood = self.vendor.compile_options if own else compile_options.TORCH_COMPILE
+        compile_options.check(self.vendor.device_type, options, understood)
         env = self.vendor.compile_cache_env
         if env is not None and not os.environ.get(env):
             os.environ[env] = str(self.cache_dir())  # the backend reads it at first compile
@@ -184,6 +189,10 @@ class EagerCollectives:
         self.init_method = "env://"
         self.launcher = vendor.launcher
         self.mesh_device_type = vendor.device_type
+        self.lacking_reduce_ops: frozenset[str] = frozenset()
+
+    def launch(self, spec: LaunchSpec) -> int:
+        return registered_launcher(self.launcher)(spec)
 
     def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
         env = self.vendor.visible_devices_env
@@ -193,7 +202,7 @@ class EagerCollectives:
     def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
         if strategy == "ddp":
             device = self.placement.device()
-            ids = None if device.type == "cpu" else [device.index or 0]
+            ids = None if device.index is None else [device.index]  # DDP takes no device_ids for host modules
             return parallel.ddp(model, device_ids=ids, **options)
         if strategy == "fsdp":
             if not self.vendor.fsdp:

@@ -16,8 +16,8 @@ and writes once, atomically, on global rank 0; autocast is bf16; compile is
 ``torch.compile(backend="openxla", dynamic=False)`` with torch_xla's persistent cache
 (``xr.initialize_cache``) under ``ANYDEVICE_CACHE_DIR/xla/<pjrt>``; the process group is
 ``xla`` with ``init_method="xla://"``; the profiler is ``torch_xla.debug.profiler`` (an
-``xp.start_trace`` session with one ``xp.StepTrace`` per ``ad.step()``), writing ``.xplane.pb``
-and ``.trace.json.gz``.
+``xp.start_trace`` session with one ``xp.StepTrace`` per ``ad.step()``, in
+:mod:`anydevice.shims.xla_profiler`), writing ``.xplane.pb`` and ``.trace.json.gz``.
 
 torch is imported only inside functions, so :func:`prepare_environment` runs before it.
 """
@@ -26,26 +26,28 @@ from __future__ import annotations
 
 import os
 import random
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from anydevice import settings
 from anydevice.errors import DeviceUnavailableError, UnsupportedFeatureError, VersionMismatchError
-from anydevice.shims.contracts import MemoryStats, Shims, TraceSession
+from anydevice.shims import compile_options
+from anydevice.shims.contracts import MemoryStats, Shims
 
 if TYPE_CHECKING:
     import torch
+
+    from anydevice.launch import LaunchSpec
 
 T = TypeVar("T")
 
 PJRT_DEVICES = ("CPU", "TPU", "CUDA", "NEURON")
 """PJRT runtimes torch_xla 2.9 can select with ``PJRT_DEVICE``."""
-
-XPROF = "XProf or TensorBoard's profile plugin (`xprof --logdir DIR`); the .trace.json.gz opens in Perfetto"
+OPENXLA_OPTIONS = frozenset({"backend", "fullgraph", "dynamic", "disable"})
+"""``torch.compile`` keywords ``openxla`` understands: it takes no inductor ``mode``/``options``."""
 
 
 def _no_launch_env(local_rank: int, local_world_size: int) -> dict[str, str]:
@@ -98,7 +100,7 @@ def preflight(vendor: XlaVendor) -> None:
     Raises :class:`VersionMismatchError` naming both versions and the pair to install, instead of
     the undefined-symbol crash a mismatched torch_xla gives at import.
     """
-    from anydevice.shims.versions import check_pair
+    from anydevice.versions import check_pair
 
     for package in vendor.lockstep:
         pair = check_pair(package)
@@ -166,7 +168,6 @@ class XlaPlacement:
 
     def __init__(self, vendor: XlaVendor) -> None:
         self.vendor = vendor
-        self.tracer: _StepTracer | None = None  # set while ad.profile() records
 
     def device(self, index: int | None = None) -> torch.device:
         import torch_xla
@@ -193,13 +194,11 @@ class XlaPlacement:
         xm.wait_device_ops()
 
     def step(self) -> None:
-        import torch_xla
         import torch_xla.debug.profiler as xp
 
-        if self.tracer is not None:
-            self.tracer.step()  # an xp.StepTrace around the sync
-        else:
-            torch_xla.sync()
+        from anydevice.shims.xla_profiler import sync_step
+
+        sync_step()  # torch_xla.sync(), inside an xp.StepTrace while ad.profile() records
         # Tell MpDeviceLoader the step was marked, so its next batch does not sync a second time.
         xp.set_tracer_marked_step(True)
 
@@ -248,6 +247,12 @@ class XlaPlacement:
 
         atomic_save(obj, path, lambda o, handle: xm.save(o, handle, master_only=False))
 
+    def fallback_ops(self) -> dict[str, int]:
+        """torch_xla's per-op CPU-fallback counters (``aten::*`` in its metrics) since the process started."""
+        import torch_xla.debug.metrics as met
+
+        return {name: int(met.counter_value(name) or 0) for name in met.counter_names() if name.startswith("aten::")}
+
 
 class XlaCompilation:
     """``torch.compile(backend="openxla", dynamic=False)``; torch_xla's persistent cache where it works."""
@@ -276,6 +281,16 @@ class XlaCompilation:
     def compile(self, model: T, **options: Any) -> T:
         import torch
 
+        if options.get("backend", self.backend) == self.backend:
+            compile_options.check(self.vendor.name, options, OPENXLA_OPTIONS, "openxla takes no inductor mode or options")
+            if options.get("dynamic"):
+                raise UnsupportedFeatureError(
+                    f"ad.compile option 'dynamic=True' is not understood on {self.vendor.name}: openxla compiles static "
+                    "shapes (a new shape is a new graph).",
+                    "Leave dynamic unset (anydevice passes dynamic=False), or pad inputs to a few fixed shapes.",
+                )
+        else:
+            compile_options.check(self.vendor.name, options, compile_options.TORCH_COMPILE)
         kwargs = {"backend": self.backend, "dynamic": False, **options}
         return torch.compile(model, **kwargs)  # type: ignore[call-overload, no-any-return]
 
@@ -286,10 +301,16 @@ class XlaCollectives:
     backend = "xla"
     init_method = "xla://"
     mesh_device_type = "xla"
+    lacking_reduce_ops = frozenset({"AVG"})  # torch_xla's process group rejects ReduceOp.AVG
 
     def __init__(self, vendor: XlaVendor) -> None:
         self.vendor = vendor
         self.launcher = vendor.launcher
+
+    def launch(self, spec: LaunchSpec) -> int:
+        from anydevice.launch import registered_launcher
+
+        return registered_launcher(self.launcher)(spec)
 
     def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
         if local_world_size > 1 and not self.vendor.multiprocess:
@@ -311,124 +332,6 @@ class XlaCollectives:
         raise UnsupportedFeatureError(f"Unknown wrapping strategy '{strategy}'.", "Use 'ddp' or 'fsdp'.")
 
 
-class _StepTracer:
-    """An ``xp.start_trace`` session that turns each ``ad.step()`` into an ``xp.StepTrace``.
-
-    The StepTrace wraps only the sync: torch_xla raises when a sync (MpDeviceLoader makes one at
-    the end of an epoch) happens inside an open trace scope. ``wait`` (plus ``warmup``) steps are
-    skipped before recording starts; ``active`` steps are recorded (None: until the block ends).
-    """
-
-    def __init__(self, directory: Path, wait: int, active: int | None) -> None:
-        self.directory = directory
-        self.wait = wait
-        self.active = active
-        self.steps = 0
-        self.recording = False
-        self.done = False
-
-    def start(self) -> None:
-        import torch_xla.debug.profiler as xp
-
-        xp.start_trace(str(self.directory))
-        self.recording = True
-
-    def stop(self) -> None:
-        import torch_xla
-        import torch_xla.debug.profiler as xp
-
-        if self.recording:
-            torch_xla.sync()
-            xp.stop_trace()
-            self.recording, self.done = False, True
-
-    def step(self) -> None:
-        import torch_xla
-        import torch_xla.debug.profiler as xp
-
-        if self.recording:
-            with xp.StepTrace("train_step", step_num=self.steps):
-                pass  # StepTrace's exit is torch_xla.sync(), recorded as this step
-        else:
-            torch_xla.sync()
-        self.steps += 1
-        if self.recording and self.active is not None and self.steps >= self.wait + self.active:
-            self.stop()
-        elif not self.recording and not self.done and self.steps == self.wait:
-            self.start()
-
-
-class XlaProfiling:
-    """torch_xla's profiler (``torch_xla.debug.profiler``); peak FLOP/s from the vendor's table."""
-
-    def __init__(self, vendor: XlaVendor, placement: XlaPlacement) -> None:
-        self.vendor = vendor
-        self.placement = placement
-        self._server: Any = None
-
-    def trace(self, directory: Path, **options: Any) -> AbstractContextManager[TraceSession]:
-        return self._trace(Path(directory), **options)
-
-    @contextmanager
-    def _trace(
-        self,
-        directory: Path,
-        *,
-        wait: int | None = None,
-        warmup: int = 0,
-        active: int | None = None,
-        port: int | None = None,
-        **unsupported: Any,
-    ) -> Iterator[TraceSession]:
-        asked = sorted(k for k, v in unsupported.items() if v)
-        if asked:
-            raise UnsupportedFeatureError(
-                f"torch_xla's profiler has no option {', '.join(asked)}.",
-                "Supported: wait, warmup, active (steps, advanced by ad.step()) and port (an XProf capture server).",
-            )
-        if self.placement.tracer is not None:
-            raise UnsupportedFeatureError("A torch_xla trace is already recording in this process.", "Do not nest ad.profile().")
-        if port is not None and self._server is None:
-            import torch_xla.debug.profiler as xp
-
-            self._server = xp.start_server(port)  # lets XProf/TensorBoard capture this process remotely
-        directory.mkdir(parents=True, exist_ok=True)
-        started = time.time_ns()
-        session = TraceSession(directory=directory, viewer=XPROF, tool="torch_xla.debug.profiler")
-        tracer = _StepTracer(directory, (wait or 0) + warmup, active)
-        if tracer.wait == 0:
-            tracer.start()
-        self.placement.tracer = tracer
-        try:
-            yield session
-        finally:
-            self.placement.tracer = None
-            tracer.stop()
-            session.files.extend(
-                p for p in sorted(directory.rglob("*")) if p.is_file() and p.stat().st_mtime_ns >= started - 1_000_000_000
-            )
-
-    def record(self, name: str) -> AbstractContextManager[None]:
-        """An ``xp.Trace(name)`` span while a trace records; nothing otherwise.
-
-        Outside a trace a span would only cost: torch_xla raises when a sync happens inside one.
-        """
-        tracer = self.placement.tracer
-        if tracer is None or not tracer.recording:
-            return nullcontext()
-        import torch_xla.debug.profiler as xp
-
-        return xp.Trace(name)  # type: ignore[no-any-return]
-
-    def chip(self) -> str | None:
-        return self.vendor.chip()
-
-    def peak_flops(self, dtype: torch.dtype) -> float | None:
-        from anydevice.shims.common import peak_flops
-
-        return peak_flops(self.vendor.peak_tflops, self.chip(), dtype)
-
-
 def xla_shims(vendor: XlaVendor) -> Shims:
     """The four shims for a torch_xla device described by ``vendor``.
 
@@ -444,6 +347,8 @@ def xla_shims(vendor: XlaVendor) -> Shims:
     import torch_xla
     import torch_xla.distributed.xla_backend  # registers the "xla" process-group backend
     import torch_xla.runtime as xr
+
+    from anydevice.shims.xla_profiler import XlaProfiling
 
     if vendor.setup is not None:
         vendor.setup()
@@ -462,6 +367,6 @@ def xla_shims(vendor: XlaVendor) -> Shims:
         placement=placement,
         compilation=compilation,
         collectives=XlaCollectives(vendor),
-        profiling=XlaProfiling(vendor, placement),
+        profiling=XlaProfiling(vendor),
         versions={"torch": torch.__version__, "torch_xla": str(torch_xla.__version__), **vendor.versions()},
     )

@@ -10,7 +10,7 @@
         model = ad.distributed.wrap(ad.to(Net()), "ddp")
         ...
 
-    result = trainer(loop, num_workers=4).fit()  # asks Ray for a GPU / TPU / NeuronCore per worker
+    result = trainer(loop, num_workers=4).fit()  # asks Ray for the device's resource per worker
 
 The driver resolves the device from its name alone (no detection, no vendor import) when
 ``ANYDEVICE`` (or ``device=``) names one, so a CPU-only head node can launch GPU or TPU workers;
@@ -20,7 +20,8 @@ The driver resolves the device from its name alone (no detection, no vendor impo
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from anydevice import autoload, settings
@@ -30,10 +31,6 @@ if TYPE_CHECKING:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-RAY_RESOURCE: Mapping[str, str] = {"cuda": "GPU", "tpu": "TPU", "neuron": "neuron_cores"}
-"""The Ray resource one worker of each device asks for (devices not listed need only a CPU)."""
-XLA_RESOURCE: Mapping[str, str] = {"TPU": "TPU", "CUDA": "GPU", "GPU": "GPU", "NEURON": "neuron_cores"}
-"""For ``xla``: the resource behind ``PJRT_DEVICE``."""
 FORWARDED = (settings.ANYDEVICE_PLUGINS, settings.ANYDEVICE_CACHE_DIR, settings.PJRT_DEVICE)
 """Driver settings the workers inherit besides ``ANYDEVICE``."""
 
@@ -67,11 +64,13 @@ def resolve_device(device: str | None = None) -> str:
 
 
 def worker_resource(device: str) -> str | None:
-    """The Ray resource name one worker of ``device`` needs (``GPU``, ``TPU``, ``neuron_cores``), or None."""
-    name = device.partition(":")[0]
-    if name == "xla":
-        return XLA_RESOURCE.get((settings.PJRT_DEVICE.get() or "CPU").upper())
-    return RAY_RESOURCE.get(name)
+    """The Ray resource one worker of ``device`` needs (its plugin's ``DeviceSpec.ray_resource``), or None."""
+    from anydevice.registry import get_registry
+
+    registry = get_registry()
+    name = registry.canonical(device.partition(":")[0])
+    resource = registry.get(name).spec.ray_resource if name is not None else None
+    return resource() if callable(resource) else resource
 
 
 def scaling_config(num_workers: int, device: str | None = None, per_worker: float = 1, **options: Any) -> ScalingConfig:
@@ -84,7 +83,8 @@ def scaling_config(num_workers: int, device: str | None = None, per_worker: floa
     resources = dict(options.pop("resources_per_worker", None) or {})
     if resource is not None:
         resources.setdefault(resource, per_worker)
-    flags = {"use_gpu": resource == "GPU", "use_tpu": resource == "TPU"}
+    switch = f"use_{resource.lower()}" if resource else None  # Ray's use_gpu / use_tpu, where it has one
+    flags = {switch: True} if switch in inspect.signature(ray.train.ScalingConfig).parameters else {}
     try:
         config: ScalingConfig = ray.train.ScalingConfig(
             num_workers=num_workers, resources_per_worker=resources or None, **flags, **options

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from anydevice.doctor import Check, disk_check, hides_every_gpu, render
+from anydevice.doctor import Check, disk_check, render
+from anydevice.plugins.cuda import hides_every_gpu
 from tests.utils import REPO, child_env
 
 # Variables doctor judges: each test starts without them and sets the ones it breaks.
@@ -157,6 +158,7 @@ def test_broken_plugins_fail_and_say_how_to_exclude_them(plugin_site: Path) -> N
 
 def test_gpu_visibility_parsing() -> None:
     assert hides_every_gpu("") and hides_every_gpu("-1") and hides_every_gpu("none") and hides_every_gpu("-1,0")
+    assert hides_every_gpu("NoDevFiles")  # what Slurm sets when a job has no GPU
     assert not hides_every_gpu("0") and not hides_every_gpu("1,0") and not hides_every_gpu("GPU-5c2a")
 
 

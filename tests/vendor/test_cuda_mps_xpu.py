@@ -7,8 +7,8 @@ import platform
 import pytest
 import torch
 
+from anydevice import detect as d
 from anydevice.plugins import cuda, mps, xpu
-from anydevice.shims import detect as d
 from anydevice.shims.eager import EagerProfiling, EagerVendor
 
 

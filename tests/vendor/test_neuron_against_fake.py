@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from anydevice.plugins import neuron
-from anydevice.shims.versions import PairCheck
+from anydevice.versions import PairCheck
 from tests.support.fake_torch_neuronx import NATIVE, XLA_BASED, install
 from tests.utils import anydevice_cli, python
 

@@ -23,7 +23,7 @@ def detect() -> Detection:
 def load() -> Shims:
     from anydevice.shims.eager import EagerVendor, eager_shims
 
-    return eager_shims(EagerVendor(device_type="cpu", chip=lambda: CHIP, peak_tflops=PEAK_TFLOPS))
+    return eager_shims(EagerVendor(device_type="cpu", host=True, chip=lambda: CHIP, peak_tflops=PEAK_TFLOPS))
 
 
 @hookimpl

@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import metadata
+from typing import Literal
 
-from anydevice.shims.detect import major_minor, torch_version, version_of
+from anydevice.detect import major_minor, torch_version, version_of
 
-# package -> how its version relates to torch's
-LOCKSTEP = ("torch_xla", "torch-neuronx")  # x.y of the package must equal torch's x.y
-REQUIRES_DIST = ("torch_tpu",)  # the package's own Requires-Dist on torch says which torch
+PairRule = Literal["lockstep", "requires_dist"]
+"""How a vendor package's version relates to torch's: ``lockstep`` (its x.y must equal torch's x.y)
+or ``requires_dist`` (its own Requires-Dist on torch says which torch). Plugins declare it per package."""
 
 
 @dataclass(frozen=True)
@@ -73,12 +74,10 @@ def torch_requirement(distribution: str) -> str | None:
     return None
 
 
-def check_pair(package: str, rule: str | None = None) -> PairCheck | None:
-    """Compare ``package`` with the installed torch; None when the package is not installed.
+def check_pair(package: str, rule: PairRule) -> PairCheck | None:
+    """Compare ``package`` with the installed torch by ``rule``; None when the package is not installed.
 
-    ``rule`` (``"lockstep"`` or ``"requires_dist"``) overrides the package's default rule, for
-    packages whose versioning changed (native TorchNeuron declares its torch range; XLA-based
-    torch-neuronx is in lockstep).
+    The plugin that needs the package says which rule applies (``DeviceSpec.paired_packages``).
     """
     pkg_version = version_of(package)
     if pkg_version is None:
@@ -93,7 +92,7 @@ def check_pair(package: str, rule: str | None = None) -> PairCheck | None:
             "torch is not installed",
             f"pip install torch for {package} {pkg_version}",
         )
-    if (rule or ("lockstep" if package in LOCKSTEP else "requires_dist")) == "lockstep":
+    if rule == "lockstep":
         want = ".".join(map(str, major_minor(pkg_version)))
         if major_minor(pkg_version) == major_minor(tv):
             return PairCheck(package, pkg_version, tv, True, f"{package} {pkg_version} pairs with torch {tv}")

@@ -71,8 +71,12 @@ def iommu_group_has_vfio(pci_dir: Path, vfio_root: str = "/dev/vfio") -> bool:
 
 
 def torch_build() -> dict[str, str | None]:
-    """What the installed torch was built for (``cuda``, ``hip``, ``xpu`` versions), read from
-    ``torch/version.py`` as text so torch is not imported. Empty when torch is not installed."""
+    """What the installed torch was built for, read from ``torch/version.py`` as text so torch is not imported.
+
+    Every top-level ``name = 'text'`` (or ``None``) assignment of that file, leading/trailing
+    underscores stripped: ``version``, ``git_version`` and one entry per accelerator stack torch
+    knows (``None`` where this build lacks it); plugins read their own. Empty when torch is not installed.
+    """
     import re
 
     try:
@@ -87,9 +91,11 @@ def torch_build() -> dict[str, str | None]:
     except OSError:
         return {}
     build: dict[str, str | None] = {}
-    for key in ("__version__", "cuda", "hip", "xpu"):
-        match = re.search(rf"^{key}\s*(?::[^=]*)?=\s*(.+)$", text, re.MULTILINE)
-        if match:
-            value = match.group(1).strip().strip("'\"")
-            build[key.strip("_")] = None if value == "None" else value
+    for key, value in re.findall(r"^(\w+)\s*(?::[^=\n]*)?=\s*(None|'[^'\n]*'|\"[^\"\n]*\")\s*$", text, re.MULTILINE):
+        build[key.strip("_")] = None if value == "None" else value[1:-1]
     return build
+
+
+def accelerator_builds(build: dict[str, str | None]) -> dict[str, str]:
+    """The accelerator stacks of a :func:`torch_build` (name -> version), without torch's own version fields."""
+    return {k: v for k, v in build.items() if v is not None and k not in ("version", "git_version")}
