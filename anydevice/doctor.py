@@ -24,10 +24,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from anydevice import autoload, detect, settings, versions
 from anydevice.diagnosis import Check, DoctorContext, Status
@@ -122,7 +122,8 @@ def check_plugin_settings(ctx: Context) -> list[Check]:
     hook = ctx.registry.pm.hook.anydevice_doctor_checks
     for impl in hook.get_hookimpls():
         try:
-            found = impl.function(context=ctx)
+            result = cast("Iterable[object] | None", impl.function(context=ctx))
+            found = [c for c in result or () if isinstance(c, Check)]
         except Exception as exc:
             checks.append(
                 Check(
@@ -133,7 +134,7 @@ def check_plugin_settings(ctx: Context) -> list[Check]:
                 )
             )
             continue
-        checks.extend(c for c in found or () if c not in checks)
+        checks.extend(c for c in found if c not in checks)
     return checks
 
 

@@ -57,3 +57,4 @@ def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
         with a fix when it breaks the selection, ``warn`` when it could, ``ok``/``info`` otherwise. Must not
         import torch or a vendor library. Core prints the checks in the settings section of the report.
     """
+    raise NotImplementedError  # a specification: plugins implement it

@@ -87,21 +87,21 @@ def all_probes(problems: list[str] | None = None, with_plugins: bool = True, mod
     return list(probes.values())
 
 
-def matches(name: str, shim: str, only: str) -> bool:
-    """Whether a probe is picked by ``--only``: comma-separated globs or substrings of name or shim."""
+def matches(name: str, group: str, only: str) -> bool:
+    """Whether a probe is picked by ``--only``: comma-separated globs or substrings of name, or its group."""
     for pattern in (p.strip() for p in only.split(",")):
         if not pattern:
             continue
         if _GLOB & set(pattern):
-            if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(shim, pattern):
+            if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(group, pattern):
                 return True
-        elif pattern in name or pattern == shim:
+        elif pattern in name or pattern == group:
             return True
     return False
 
 
 def select(probes: Iterable[Probe], only: str | None) -> list[Probe]:
     """The probes to run: those ``only`` picks (all when None), always with the sanity gate first."""
-    chosen = [p for p in probes if only is None or p.name == SANITY_NAME or matches(p.name, p.shim, only)]
+    chosen = [p for p in probes if only is None or p.name == SANITY_NAME or matches(p.name, p.group, only)]
     chosen.sort(key=lambda p: p.name != SANITY_NAME)  # stable: keeps the catalogue order otherwise
     return chosen

@@ -42,7 +42,7 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
     if args.list:
         problems: list[str] = []
         for probe in catalog.select(catalog.all_probes(problems, modules=args.module), args.only):
-            print(f"{probe.shim:<12} {probe.name:<34} {probe.description}")
+            print(f"{probe.group:<12} {probe.name:<34} {probe.description}")
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)
         return 0

@@ -85,7 +85,7 @@ def run_probe(
     log = out.getvalue() + "".join(f"warning: {w}\n" for w in warned)
     return ProbeResult(
         probe=probe.name,
-        shim=probe.shim,
+        shim=probe.group,
         description=bounded(probe.description, MAX_REASON) or "",
         params=dict(probe.params),
         status=status,

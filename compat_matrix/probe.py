@@ -11,7 +11,7 @@ Plugins add probes through the ``anydevice_register_probes(register)`` hook::
 
     @hookimpl
     def anydevice_register_probes(register):
-        register(Probe("mychip_special_op", "ops", my_probe_fn, description="..."))
+        register(Probe("mychip_special_op", "ops", my_probe_fn, description="..."))  # group "ops"
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from anydevice.compat_matrix.context import ProbeContext
 
-SHIMS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops")
+GROUPS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops")
 """The groups probes belong to: the four shims, dtypes and common ops (plus the gate)."""
+SHIMS: Final = GROUPS
+"""The same groups under the name results use (a result's ``shim`` field holds the probe's group)."""
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,99}$")
 
@@ -35,14 +37,14 @@ class Probe:
     """One compatibility check.
 
     :param name: unique id, lower case (``[a-z0-9_.:-]``), used by ``--only`` and on the page.
-    :param shim: the group it belongs to; one of :data:`SHIMS` (plugins may add their own).
+    :param group: the group it belongs to; one of :data:`GROUPS` (plugins may add their own).
     :param fn: the check; called with a :class:`~anydevice.compat_matrix.context.ProbeContext`.
     :param params: what varies between probes of one family (e.g. ``{"dtype": "bfloat16"}``).
     :param description: one sentence shown on the page.
     """
 
     name: str
-    shim: str
+    group: str
     fn: Callable[[ProbeContext], None]
     params: Mapping[str, str | int | float | bool | None] = field(default_factory=dict)
     description: str = ""
@@ -50,8 +52,8 @@ class Probe:
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise ValueError(f"probe name {self.name!r} must match {_NAME.pattern}")
-        if not _NAME.match(self.shim):
-            raise ValueError(f"probe {self.name!r}: shim {self.shim!r} must match {_NAME.pattern}")
+        if not _NAME.match(self.group):
+            raise ValueError(f"probe {self.name!r}: group {self.group!r} must match {_NAME.pattern}")
         if not callable(self.fn):
             raise TypeError(f"probe {self.name!r}: fn must be callable")
 

@@ -14,7 +14,7 @@ from anydevice.progress import Progress as _Progress
 _QUIET = (Status.PASS, Status.SKIP, Status.FAKE)
 
 
-class Progress(_Progress):
+class ProbeProgress(_Progress):
     """Reports each finished probe; ``tty=None`` decides from the stream."""
 
     def __init__(self, total: int, stream: TextIO | None = None, tty: bool | None = None) -> None:

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from anydevice.compat_matrix import catalog, claims, protocol
 from anydevice.compat_matrix.probe import Probe
-from anydevice.compat_matrix.progress import Progress
+from anydevice.compat_matrix.progress import ProbeProgress
 from anydevice.compat_matrix.schema import (
     MAX_LOG,
     MAX_MESSAGE,
@@ -69,7 +69,7 @@ def run_probes(
     simulated: bool | None = None,
     argv: Sequence[str] = (),
     modules: Sequence[str] = (),
-    progress: Progress | None = None,
+    progress: ProbeProgress | None = None,
     python: str = sys.executable,
 ) -> Run:
     """Run the probes (``only``: see :func:`catalog.matches`) on the selected device; write ``out``.
@@ -83,7 +83,7 @@ def run_probes(
     problems: list[str] = []
     every = catalog.all_probes(problems, modules=modules)
     probes = catalog.select(every, only)
-    progress = progress or Progress(len(probes))
+    progress = progress or ProbeProgress(len(probes))
     progress.total = len(probes)
     state = _State(notices=list(problems))
     pending = [p.name for p in probes]
@@ -117,7 +117,7 @@ def _run_worker(
     probes: list[Probe],
     timeout: float,
     request: dict[str, Any],
-    progress: Progress,
+    progress: ProbeProgress,
     python: str,
 ) -> None:
     """One worker over ``names``; returns when it finishes, crashes or is killed for a timeout."""
@@ -232,11 +232,11 @@ def _tail(lines: list[str], chars: int = 500) -> str:
     return "".join(lines)[-chars:].strip() or "no output"
 
 
-def _lost(state: _State, probe: Probe, stage: Stage, exc_type: str, why: str, stray: list[str], progress: Progress) -> None:
+def _lost(state: _State, probe: Probe, stage: Stage, exc_type: str, why: str, stray: list[str], progress: ProbeProgress) -> None:
     """Record a probe whose worker crashed or hung."""
     result = ProbeResult(
         probe=probe.name,
-        shim=probe.shim,
+        shim=probe.group,
         description=probe.description,
         params=dict(probe.params),
         status=Status.FAIL,
@@ -253,7 +253,7 @@ def _lost(state: _State, probe: Probe, stage: Stage, exc_type: str, why: str, st
 def _synthetic(probe: Probe, status: Status, reason: str, stage: Stage | None = None, message: str | None = None) -> ProbeResult:
     return ProbeResult(
         probe=probe.name,
-        shim=probe.shim,
+        shim=probe.group,
         description=probe.description,
         params=dict(probe.params),
         status=status,

@@ -54,7 +54,6 @@ def load() -> Shims:
     return eager_shims(
         EagerVendor(
             device_type="mps",
-            compile_backend="inductor",
             dist_backend="gloo",
             autocast_dtype=_autocast_dtype,
             profiler_activities=("MPS",),  # skipped where this torch's profiler lacks it

@@ -60,7 +60,6 @@ def load() -> Shims:
     return eager_shims(
         EagerVendor(
             device_type="xpu",
-            compile_backend="inductor",
             dist_backend="xccl",
             profiler_activities=("XPU",),
             chip=chip,  # no peak table: Intel publishes no dense bf16 figure per SKU we could verify

@@ -103,7 +103,7 @@ def preflight(vendor: XlaVendor) -> None:
     from anydevice.versions import check_pair
 
     for package in vendor.lockstep:
-        pair = check_pair(package)
+        pair = check_pair(package, "lockstep")
         if pair is None:
             raise DeviceUnavailableError(
                 vendor.name,

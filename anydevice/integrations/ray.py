@@ -83,8 +83,8 @@ def scaling_config(num_workers: int, device: str | None = None, per_worker: floa
     resources = dict(options.pop("resources_per_worker", None) or {})
     if resource is not None:
         resources.setdefault(resource, per_worker)
-    switch = f"use_{resource.lower()}" if resource else None  # Ray's use_gpu / use_tpu, where it has one
-    flags = {switch: True} if switch in inspect.signature(ray.train.ScalingConfig).parameters else {}
+    switch = f"use_{(resource or '').lower()}"  # Ray's use_gpu / use_tpu, where it has one
+    flags = {switch: True} if resource and switch in inspect.signature(ray.train.ScalingConfig).parameters else {}
     try:
         config: ScalingConfig = ray.train.ScalingConfig(
             num_workers=num_workers, resources_per_worker=resources or None, **flags, **options

@@ -7,7 +7,7 @@ import types
 import pytest
 
 from anydevice.compat_matrix import catalog
-from anydevice.compat_matrix.probe import SHIMS, Probe
+from anydevice.compat_matrix.probe import GROUPS, Probe
 from anydevice.hookspecs import hookimpl
 from anydevice.registry import Registry, reset_registry
 
@@ -22,7 +22,7 @@ def test_at_least_fifty_unique_probes_over_every_group() -> None:
     assert len(probes) >= 50
     assert len(set(names)) == len(names)
     assert names[0] == catalog.SANITY_NAME
-    assert {p.shim for p in probes} == set(SHIMS)
+    assert {p.group for p in probes} == set(GROUPS)
     assert all(p.description for p in probes)
 
 
@@ -30,7 +30,7 @@ def test_select_keeps_sanity_first_and_matches_globs_substrings_and_shims() -> N
     probes = catalog.builtin_probes()
     picked = [p.name for p in catalog.select(probes, "matmul")]
     assert picked[0] == "sanity" and "matmul" in picked and all("matmul" in n for n in picked[1:])
-    assert {p.shim for p in catalog.select(probes, "collectives")} == {"sanity", "collectives"}
+    assert {p.group for p in catalog.select(probes, "collectives")} == {"sanity", "collectives"}
     picked = [p.name for p in catalog.select(probes, "dtype_float*, sdpa")]
     assert picked[0] == "sanity" and "sdpa" in picked and "dtype_float16" in picked and "matmul" not in picked
     assert len(catalog.select(probes, None)) == len(probes)

@@ -11,7 +11,7 @@ import pytest
 from anydevice.compat_matrix import catalog
 from anydevice.compat_matrix.claims import SUPPORTED
 from anydevice.compat_matrix.cli import main
-from anydevice.compat_matrix.progress import Progress
+from anydevice.compat_matrix.progress import ProbeProgress
 from anydevice.compat_matrix.runner import _assemble, _State, run_probes
 from anydevice.compat_matrix.schema import Status, load_run
 from tests.compat_matrix.builders import result
@@ -19,15 +19,17 @@ from tests.compat_matrix.builders import result
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _quiet() -> Progress:
-    return Progress(0, stream=io.StringIO(), tty=False)
+def _quiet() -> ProbeProgress:
+    return ProbeProgress(0, stream=io.StringIO(), tty=False)
 
 
 def test_probe_run_on_cpu_writes_a_valid_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANYDEVICE", "cpu")
     stream = io.StringIO()
     out = tmp_path / "cpu.json"
-    run = run_probes(out, only="matmul,dtype_int8", argv=["--out", "cpu.json"], progress=Progress(0, stream=stream, tty=False))
+    run = run_probes(
+        out, only="matmul,dtype_int8", argv=["--out", "cpu.json"], progress=ProbeProgress(0, stream=stream, tty=False)
+    )
     loaded = load_run(out)
     assert loaded == run
     assert [r.probe for r in run.results] == ["sanity", "dtype_int8", "matmul"]
@@ -81,7 +83,7 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
 def test_progress_bar_on_a_terminal_and_plain_lines_otherwise() -> None:
     tty, plain = io.StringIO(), io.StringIO()
     for stream, is_tty in ((tty, True), (plain, False)):
-        progress = Progress(2, stream=stream, tty=is_tty)
+        progress = ProbeProgress(2, stream=stream, tty=is_tty)
         progress.result(result("matmul"))
         progress.result(result("sdpa", Status.FAIL))
     assert "\r\x1b[Kprobing [" in tty.getvalue() and "2/2" in tty.getvalue() and "fail" in tty.getvalue()

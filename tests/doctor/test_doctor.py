@@ -205,3 +205,28 @@ def test_measuring_the_import_cost_shows_progress_and_numbers() -> None:
     out = doctor("--measure-imports", env={"ANYDEVICE": "cpu"})
     assert "measuring `import torch` [4/4]" in out.stderr  # a long command shows progress (plain lines: not a tty)
     assert "s with autoload," in line(out, "import cost torch_tpu")
+
+
+def test_every_diagnosis_has_one_shape() -> None:
+    """Issue 14: an unavailable named device gave `-> fix: Fix: ...` and an unindented continuation line."""
+    out = doctor(env={"ANYDEVICE": "tpu"})
+    report = out.stdout.splitlines()
+    for text in report[:-1]:
+        assert text[:6] in ("ok    ", "--    ", "WARN  ", "FAIL  "), text
+        assert "fix: Fix:" not in text and text.count("-> fix:") <= 1, text
+    selection = line(out, "selection")
+    assert selection.startswith("FAIL") and "Available here:" in selection and "-> fix: pip install" in selection
+
+
+def test_plugins_judge_their_own_settings_through_the_hook() -> None:
+    """PJRT_DEVICE, CUDA_VISIBLE_DEVICES and NEURON_RT_VISIBLE_CORES are judged by the xla, cuda and neuron plugins."""
+    from anydevice.diagnosis import DoctorContext
+    from anydevice.registry import Registry
+
+    registry = Registry()
+    registry.load()
+    impls = {impl.plugin_name for impl in registry.pm.hook.anydevice_doctor_checks.get_hookimpls()}
+    assert {"xla", "cuda", "neuron"} <= impls
+    out = doctor(env={"ANYDEVICE_PLUGINS": "cpu", "PJRT_DEVICE": "TPU"})  # without the xla plugin nobody judges it
+    assert not [ln for ln in out.stdout.splitlines() if ln[6:].startswith("PJRT_DEVICE")]
+    assert DoctorContext(registry, "cpu", ["cpu"]).concerns("cpu")
