@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from anydevice.backend import Backend, current
+from anydevice.backend import Backend, current, mark_used
 from anydevice.errors import UnsupportedFeatureError
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ def backend() -> Backend:
 def device() -> torch.device:
     """The ``torch.device`` for this process (the explicit index, else the local rank's)."""
     b = current()
+    mark_used("ad.device()")  # from here on, use() refuses to switch device (see backend.use)
     return b.shims.placement.device(b.index)
 
 
@@ -39,12 +40,16 @@ def to(obj: T, non_blocking: bool = False) -> T:
     """Move tensors, modules and nested containers of them to :func:`device`."""
     from anydevice.shims.common import move
 
+    current()
+    mark_used("ad.to()")
     return move(obj, device(), non_blocking)
 
 
 def compile(model: T, **options: Any) -> T:  # noqa: A001 - mirrors torch.compile
     """``torch.compile`` with this device's backend and options (``backend=`` overrides)."""
-    return current().shims.compilation.compile(model, **options)
+    b = current()
+    mark_used("ad.compile()")
+    return b.shims.compilation.compile(model, **options)
 
 
 def step() -> None:

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from anydevice import settings
-from anydevice.errors import AnyDeviceError, PluginError
+from anydevice.errors import AnyDeviceError, PluginError, SelectionError
 from anydevice.registry import Registry, get_registry
-from anydevice.selection import Choice, resolve
+from anydevice.selection import AUTO, Choice, parse, resolve
 
 if TYPE_CHECKING:
     from anydevice.shims.contracts import Shims
@@ -60,6 +60,7 @@ class Backend:
 _lock = threading.RLock()
 _explicit: str | None = None
 _current: Backend | None = None
+_used_by: str | None = None  # the first call that placed or compiled something on the current device
 
 
 def requested() -> str:
@@ -102,42 +103,87 @@ def load_backend(choice: Choice, registry: Registry) -> Backend:
     )
 
 
-def _announce(backend: Backend) -> None:
+def _announce(backend: Backend, choice: Choice) -> None:
+    """One short stderr line for ``auto`` and lists; the full "why" is in ``anydevice info``."""
     if settings.ANYDEVICE_QUIET.flag():
         return
-    sys.stderr.write(f"anydevice: using {backend.name} ({backend.why})\n")
+    if choice.request == AUTO:
+        skipped = f"; {len(choice.rejected)} higher-priority device(s) unavailable" if choice.rejected else ""
+        line = f"auto: the available device with the highest priority{skipped}; `anydevice info` says why"
+    else:  # a list: which named earlier choices were unusable, and why, is what the user needs to see
+        line = backend.why
+    sys.stderr.write(f"anydevice: using {backend.name} ({line})\n")
 
 
-def select(selection: str | None = None, registry: Registry | None = None) -> Backend:
-    """Resolve ``selection`` (default: what is in force) and load it, without making it current."""
+def select(selection: str | None = None, registry: Registry | None = None, *, announce: bool = True) -> Backend:
+    """Resolve ``selection`` (default: what is in force) and load it, without making it current.
+
+    ``announce`` writes the one stderr line saying what ``auto`` or a list chose.
+    """
     registry = registry or get_registry()
     choice = resolve(selection or requested(), registry)
     backend = load_backend(choice, registry)
-    if choice.request == "auto" or "," in choice.request:
-        _announce(backend)
+    if announce and (choice.request == AUTO or "," in choice.request):
+        _announce(backend, choice)
     return backend
 
 
 def use(selection: str) -> Backend:
-    """Select a device explicitly for this process (wins over ``ANYDEVICE``) and load it now."""
+    """Select a device explicitly for this process (wins over ``ANYDEVICE``) and load it now.
+
+    ``""`` (or only spaces) means ``auto``. Once something was placed or compiled on the current
+    device (``ad.to``, ``ad.compile``, ``ad.device``), switching to another device raises
+    :class:`~anydevice.errors.SelectionError`: the tensors and compiled graphs already made stay on
+    the first device, so a switch would mix devices. Call ``anydevice.reset()`` first to switch on
+    purpose. Selecting the current device again is allowed.
+    """
     global _explicit, _current
+    blank = isinstance(selection, str) and not selection.strip()
+    request = AUTO if blank else parse(selection).text  # parse() rejects non-strings with a SelectionTypeError
     with _lock:
-        backend = select(selection)
-        _explicit, _current = selection, backend
+        registry = get_registry()
+        if _current is not None and _used_by is not None:
+            choice = resolve(request, registry)
+            if _same_device(_current, choice):
+                _explicit = request
+                return _current
+            raise SelectionError(
+                f"use({selection!r}) would switch from {_current.name} to {choice.name} after {_used_by} was used on "
+                f"{_current.name}.",
+                "Tensors and compiled models stay on the first device, so anydevice does not switch under them: call "
+                "anydevice.reset() first to switch on purpose, or select the device once, before placing anything.",
+            )
+        backend = select(request, registry)
+        _explicit, _current = request, backend
         return backend
 
 
-def current() -> Backend:
-    """The process's backend, selected and loaded on first use."""
+def _same_device(backend: Backend, choice: Choice) -> bool:
+    if choice.name != backend.name:
+        return False
+    placement = backend.shims.placement
+    return choice.index == backend.index or str(placement.device(choice.index)) == str(placement.device(backend.index))
+
+
+def mark_used(by: str) -> None:
+    """Record that ``by`` (``ad.to``, ``ad.compile``, ...) placed or compiled something on the current device."""
+    global _used_by
+    with _lock:
+        if _used_by is None:
+            _used_by = by
+
+
+def current(*, announce: bool = True) -> Backend:
+    """The process's backend, selected and loaded on first use (``announce``: see :func:`select`)."""
     global _current
     with _lock:
         if _current is None:
-            _current = select()
+            _current = select(announce=announce)
         return _current
 
 
 def reset() -> None:
-    """Forget the selection (tests, notebooks); the next call selects again."""
-    global _explicit, _current
+    """Forget the selection and what was placed (tests, notebooks); the next call selects again."""
+    global _explicit, _current, _used_by
     with _lock:
-        _explicit, _current = None, None
+        _explicit, _current, _used_by = None, None, None

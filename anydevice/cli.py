@@ -3,6 +3,9 @@
     anydevice list | info [--json] | doctor | run [-n N] script.py ... | matrix probe|render ...
 
 Errors are printed as one or a few sentences without a traceback (``ANYDEVICE_DEBUG=1`` shows it).
+Exit status: 0 success; 1 ``doctor`` found problems; 2 a usage or selection error, and bare
+``anydevice`` (help on stderr, as click, git and argparse do for a missing command); 130
+interrupted; 141 stdout was closed early (``anydevice list | head -1``), which ends quietly.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
@@ -35,9 +39,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     from anydevice.registry import get_registry
 
     registry = get_registry()
+    detections = registry.detect_all()  # concurrently: a hanging plugin costs one deadline, not one each
     rows: list[dict[str, Any]] = []
     for name in registry.names():
-        entry, det = registry.get(name), registry.detect(name)
+        entry, det = registry.get(name), detections[name]
         rows.append(
             {
                 "name": name,
@@ -58,7 +63,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"devices": rows, "broken_plugins": broken})
         return 0
-    width = max((len(r["name"]) for r in rows), default=4)
+    width = max((len(str(r)) for r in [*(r["name"] for r in rows), *(b["plugin"] for b in broken)]), default=4)
     for r in rows:
         mark = "✓ available  " if r["available"] else "✗ unavailable"
         extra = "" if r["verified_on_hardware"] else " [not verified on hardware]"
@@ -66,7 +71,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         if not r["available"] and r["fix"]:
             print(f"{'':<{width}}                 fix: {r['fix']}")
     for b in broken:
-        print(f"{b['plugin']:<{width}}  ! broken       plugin failed at {b['stage']}: {b['error']}")
+        if b["stage"] == "clash":
+            print(f"{b['plugin']:<{width}}  ! name clash   {b['error']}")
+        else:
+            print(f"{b['plugin']:<{width}}  ! broken       plugin failed at {b['stage']}: {b['error']}")
     return 0
 
 
@@ -97,7 +105,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     """What ANYDEVICE selects here, with versions."""
     from anydevice.backend import current
 
-    data = {**environment_info(), "backend": current().as_dict()}
+    data = {**environment_info(), "backend": current(announce=False).as_dict()}  # "why" below says it all
     data["imported_vendor_modules"] = imported_vendor_modules()
     if args.json:
         _print_json(data)
@@ -121,13 +129,24 @@ def _delegate(name: str) -> Callable[[list[str]], int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="anydevice", description="PyTorch on any accelerator: one switch, ANYDEVICE.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_list = sub.add_parser("list", help="every plugin found: available or not, and why")
-    p_list.add_argument("--json", action="store_true")
+    """The top-level parser: ``list`` and ``info`` here, the other subcommands in their own modules."""
+    from anydevice import __version__
+
+    formatter = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="anydevice",
+        description="PyTorch on any accelerator: one switch, ANYDEVICE.",
+        epilog="Run `anydevice COMMAND --help` for a command's options. Exit status: 0 ok, 1 doctor found problems, "
+        "2 usage or selection error, 130 interrupted.",
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"anydevice {__version__}", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p_list = sub.add_parser("list", help="every plugin found: available or not, and why", formatter_class=formatter)
+    p_list.add_argument("--json", action="store_true", help="print the devices and broken plugins as JSON for tools")
     p_list.set_defaults(func=cmd_list)
-    p_info = sub.add_parser("info", help="what ANYDEVICE selects here, with versions")
-    p_info.add_argument("--json", action="store_true")
+    p_info = sub.add_parser("info", help="what ANYDEVICE selects here, with versions", formatter_class=formatter)
+    p_info.add_argument("--json", action="store_true", help="print the selection, versions and why as JSON for tools")
     p_info.set_defaults(func=cmd_info)
     for name, (_, help_text) in DELEGATED.items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -136,12 +155,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``anydevice`` and ``python -m anydevice``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        try:
+            return _main(list(sys.argv[1:] if argv is None else argv))
+        finally:  # also after argparse's SystemExit (--help): a closed pipe surfaces here as often as in print()
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141  # what a shell reports for a process ended by SIGPIPE
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        if not argv:  # bare `anydevice`: the help, as a usage error (click, git)
+            build_parser().print_help(sys.stderr)
+            return 2
         from anydevice import autoload
 
         autoload.apply()  # before anything imports torch: no unselected torch_tpu import
-        if argv and argv[0] in DELEGATED:
+        if argv[0] in DELEGATED:
             return _delegate(argv[0])(argv[1:])
         args = build_parser().parse_args(argv)
         result: int = args.func(args)
@@ -153,3 +185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again (Python's advice)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (an embedded or captured stdout)
+        pass

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import re
+import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from anydevice.versions import PairRule
 
 if TYPE_CHECKING:
+    import pydantic
+
     from anydevice.shims.contracts import Shims
 
 Problem = Literal[
@@ -106,3 +111,85 @@ class DeviceSpec:
     """The Ray resource one worker asks for, or a function deciding it at launch; None: CPU only."""
     environment: tuple[str, ...] = ()
     """Variables that steer the device; the plugin's ``anydevice_doctor_checks`` hook judges them."""
+
+
+# -- validation of third-party declarations -------------------------------------------------------
+NAME_PATTERN: Final = r"[a-z][a-z0-9_-]*"
+"""Device names and aliases: lower-case ASCII letter first, then letters, digits, ``_`` or ``-``."""
+PRIORITY_RANGE: Final = (-1000, 1000)
+"""Inclusive bounds of :attr:`DeviceSpec.priority` (cpu is 0, the built-in accelerators 60 to 90)."""
+
+
+def is_valid_name(name: object) -> bool:
+    """True when ``name`` is a string in the :data:`NAME_PATTERN` grammar."""
+    return isinstance(name, str) and re.fullmatch(NAME_PATTERN, name, flags=re.ASCII) is not None
+
+
+def spec_problems(spec: DeviceSpec) -> list[str]:
+    """Every problem of a declaration, one phrase each naming the field; empty when valid.
+
+    Types are checked generically by pydantic in strict mode over all the dataclass's fields (a
+    field added later is covered without a change here); then the name grammar and the ranges.
+    """
+    problems = _type_problems(spec)
+    bad = {p.split("'", 2)[1] for p in problems}
+    if "name" not in bad and not is_valid_name(spec.name):
+        problems.append(f"field 'name' = {_short(spec.name)}: {_GRAMMAR}")
+    if "aliases" not in bad:
+        problems += [f"field 'aliases' = {_short(a)}: {_GRAMMAR}" for a in spec.aliases if not is_valid_name(a)]
+    low, high = PRIORITY_RANGE
+    if "priority" not in bad and not low <= spec.priority <= high:
+        problems.append(f"field 'priority' = {spec.priority!r}: must be between {low} and {high}")
+    return problems
+
+
+def detection_problems(detection: Detection) -> list[str]:
+    """Every problem of a detection result, one phrase each naming the field; empty when valid."""
+    problems = _type_problems(detection)
+    bad = {p.split("'", 2)[1] for p in problems}
+    if "count" not in bad and detection.count is not None and detection.count < 0:
+        problems.append(f"field 'count' = {detection.count!r}: must be 0 or more")
+    return problems
+
+
+_GRAMMAR = "must be lower-case ASCII letters, digits, '_' or '-', starting with a letter (e.g. 'mychip')"
+
+
+def _type_problems(obj: DeviceSpec | Detection) -> list[str]:
+    import pydantic  # imported here: ~0.2 s, paid only when a third-party plugin is validated
+
+    adapter = _adapter(DeviceSpec if isinstance(obj, DeviceSpec) else Detection)
+    values = {f.name: getattr(obj, f.name) for f in fields(obj)}
+    try:
+        adapter.validate_python(values)
+    except pydantic.ValidationError as exc:
+        return [
+            f"field '{'.'.join(str(part) for part in err['loc'])}' = {_short(err['input'])}: {err['msg']}" for err in exc.errors()
+        ]
+    return []
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@functools.cache
+def _adapter(cls: type[DeviceSpec] | type[Detection]) -> pydantic.TypeAdapter[Any]:
+    """A strict pydantic validator of a mapping with the same fields and types as the dataclass ``cls``."""
+    import pydantic
+    import typing_extensions  # a dependency of pydantic; its TypedDict is the one pydantic reads on Python < 3.12
+
+    namespace: dict[str, Any] = {}
+    while True:  # names only imported for type checking (Shims) are validated as Any
+        try:
+            hints = typing.get_type_hints(cls, localns=namespace)
+            break
+        except NameError as exc:
+            if exc.name is None or exc.name in namespace:
+                raise
+            namespace[exc.name] = Any
+    make_typed_dict: Any = typing_extensions.TypedDict  # called with a computed name and fields, which mypy cannot check
+    shape = make_typed_dict(f"{cls.__name__}Fields", {f.name: hints[f.name] for f in fields(cls)})
+    config = pydantic.ConfigDict(strict=True, arbitrary_types_allowed=True)
+    return pydantic.TypeAdapter(pydantic.with_config(config)(shape))

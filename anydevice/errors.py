@@ -4,6 +4,7 @@ The hierarchy::
 
     AnyDeviceError                      base class; ``hint`` says what to do next
     ├── SelectionError                  the ANYDEVICE value (or ``use()`` argument) is malformed
+    │   ├── SelectionTypeError          the selection is not a string (also a TypeError)
     │   └── UnknownDeviceError          no plugin provides that name ("did you mean ...")
     ├── DeviceUnavailableError          a named device cannot be used here, and why
     │   ├── VersionMismatchError        torch and the vendor package do not pair
@@ -36,6 +37,10 @@ class AnyDeviceError(Exception):
 
 class SelectionError(AnyDeviceError, ValueError):
     """The device selection string is malformed (empty item, bad index, ``auto`` in a list)."""
+
+
+class SelectionTypeError(SelectionError, TypeError):
+    """The selection passed to ``use()`` (or ``select()``) is not a string."""
 
 
 class UnknownDeviceError(SelectionError):

@@ -3,7 +3,7 @@
 Grammar::
 
     request := "auto" | item ("," item)*
-    item    := name [":" index]        name: a device name or alias; index: a non-negative integer
+    item    := name [":" index]        name: a device name or alias; index: ASCII digits 0-9 only
 
 A single named device that is not usable is an error (never a silent fallback). ``auto`` picks
 the available device with the highest priority; a list picks its first available entry. Both
@@ -16,18 +16,19 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
-from anydevice.device_spec import Detection
+from anydevice.device_spec import Detection, is_valid_name
 from anydevice.errors import (
     DeviceUnavailableError,
     NoDeviceAvailableError,
     SelectionError,
+    SelectionTypeError,
     UnknownDeviceError,
     VersionMismatchError,
 )
 from anydevice.registry import Registry
 
 AUTO = "auto"
-_NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
+_INDEX = re.compile(r"[0-9]+", flags=re.ASCII)  # str.isdigit() also takes '²' and '١' (Arabic-Indic one)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,11 @@ class Choice:
 
 def parse(text: str) -> Request:
     """Parse a selection string; raise :class:`SelectionError` with the fix when malformed."""
+    if not isinstance(text, str):
+        raise SelectionTypeError(
+            f"A device selection must be a string such as 'cpu', 'cuda:1' or 'auto', not {type(text).__name__} ({text!r}).",
+            "Pass the device name as a string, e.g. ad.use('cpu').",
+        )
     raw = text.strip().lower()
     if not raw:
         raise SelectionError(
@@ -90,7 +96,7 @@ def parse(text: str) -> Request:
             )
         name, sep, index_text = part.partition(":")
         name = name.strip()
-        if not _NAME.match(name):
+        if not is_valid_name(name):
             raise SelectionError(
                 f"Malformed device name '{name}' in '{text}'.",
                 "Device names are lower-case letters, digits, '-' or '_', e.g. cuda or cuda:1.",
@@ -98,9 +104,10 @@ def parse(text: str) -> Request:
         index: int | None = None
         if sep:
             index_text = index_text.strip()
-            if not index_text.isdigit():
+            if not _INDEX.fullmatch(index_text):
                 raise SelectionError(
-                    f"Bad device index '{index_text}' in '{part}': the index must be a non-negative integer.",
+                    f"Bad device index {index_text!r} in '{part}': the index must be a non-negative integer "
+                    "written with the ASCII digits 0-9.",
                     f"Write it as {name}:0, {name}:1, ...",
                 )
             index = int(index_text)
@@ -142,7 +149,8 @@ def _resolve_auto(request: Request, registry: Registry) -> Choice:
         if detection.available:
             skipped = "; ".join(f"{n}: {w}" for n, w in rejected)
             why = f"auto: {name} is the available device with the highest priority" + (f" ({skipped})" if skipped else "")
-            return Choice(name, None, detection, request.text, why, fell_back=bool(rejected), rejected=tuple(rejected))
+            # not a fallback: auto names no device, so passing over unavailable ones is its normal work
+            return Choice(name, None, detection, request.text, why, fell_back=False, rejected=tuple(rejected))
         rejected.append((name, detection.reason))
     raise NoDeviceAvailableError(request.text, rejected, [])
 

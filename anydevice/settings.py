@@ -8,6 +8,8 @@ variable cannot go undocumented.
 from __future__ import annotations
 
 import os
+import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -40,7 +42,8 @@ ANYDEVICE: Final = Setting(
 )
 ANYDEVICE_PLUGINS: Final = Setting(
     "ANYDEVICE_PLUGINS",
-    "Comma list of plugin (entry-point) names to load; every other installed plugin is ignored. Unset: load all.",
+    "Comma list of plugin (entry-point) names to load; every other installed plugin is ignored. Unset: load all. "
+    "A name that is not installed is an error that lists the installed ones.",
 )
 ANYDEVICE_QUIET: Final = Setting(
     "ANYDEVICE_QUIET",
@@ -52,7 +55,14 @@ ANYDEVICE_DEBUG: Final = Setting(
 )
 ANYDEVICE_CACHE_DIR: Final = Setting(
     "ANYDEVICE_CACHE_DIR",
-    "Root of the compile caches plugins use (inductor, XLA, NEFF); default `~/.cache/anydevice`.",
+    "Root of the compile caches plugins use (inductor, XLA, NEFF); default `~/.cache/anydevice`. When it is not "
+    "writable, `ad.compile` caches in `anydevice-cache-<uid>` under the temporary directory, with one warning.",
+)
+ANYDEVICE_DETECT_TIMEOUT: Final = Setting(
+    "ANYDEVICE_DETECT_TIMEOUT",
+    "Seconds a plugin may take to import, register or detect its device. A plugin that takes longer is "
+    "reported by name (`anydevice list`, `doctor`) and skipped; the others keep working.",
+    "5",
 )
 ANYDEVICE_KEEP_AUTOLOAD: Final = Setting(
     "ANYDEVICE_KEEP_AUTOLOAD",
@@ -140,6 +150,78 @@ def cache_dir(*parts: str) -> Path:
     path = base.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def writable_cache_dir(*parts: str) -> Path:
+    """Like :func:`cache_dir`, but falls back to a temporary directory, with one warning, when that is not writable.
+
+    For compile caches: a read-only home or an unwritable ``ANYDEVICE_CACHE_DIR`` must not stop a
+    compile that would work without a persistent cache. The fallback is ``anydevice-cache-<uid>``
+    under the system temporary directory (reused by later runs, so caching still helps), or a fresh
+    private directory when that one is not ours.
+    """
+    global _fallback_root
+    if _fallback_root is None:
+        try:
+            path = cache_dir(*parts)
+            _check_writable(path)
+            return path
+        except (OSError, RuntimeError) as exc:  # RuntimeError: Path.home() with no HOME and no passwd entry
+            _fallback_root = _temporary_cache_root()
+            where = ANYDEVICE_CACHE_DIR.get() or "~/.cache/anydevice"
+            warnings.warn(
+                f"anydevice: the compile cache directory {where} is not writable ({type(exc).__name__}: {exc}); "
+                f"caching in {_fallback_root} instead: point {ANYDEVICE_CACHE_DIR.name} at a writable directory to keep it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    path = _fallback_root.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+_fallback_root: Path | None = None
+
+
+def _check_writable(directory: Path) -> None:
+    """Raise the OSError that writing a file in ``directory`` raises (permission bits do not stop root)."""
+    import tempfile  # imported here: `import anydevice` stays cheap
+
+    fd, name = tempfile.mkstemp(prefix=".anydevice-probe-", dir=directory)
+    os.close(fd)
+    os.unlink(name)
+
+
+def _temporary_cache_root() -> Path:
+    import tempfile
+
+    shared = Path(tempfile.gettempdir()) / f"anydevice-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    try:
+        shared.mkdir(mode=0o700, exist_ok=True)
+        info = shared.lstat()
+        if stat.S_ISDIR(info.st_mode) and (not hasattr(os, "getuid") or info.st_uid == os.getuid()):
+            _check_writable(shared)
+            return shared
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="anydevice-cache-"))  # private; raises if no temporary directory is writable
+
+
+def detect_timeout() -> float:
+    """``ANYDEVICE_DETECT_TIMEOUT`` in seconds; a clear error when it is not a positive number."""
+    value = ANYDEVICE_DETECT_TIMEOUT.get() or "5"
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        from anydevice.errors import AnyDeviceError
+
+        raise AnyDeviceError(
+            f"{ANYDEVICE_DETECT_TIMEOUT.name}={value!r} is not a positive number of seconds.",
+            f"Set it to e.g. {ANYDEVICE_DETECT_TIMEOUT.name}=5, or unset it.",
+        )
+    return seconds
 
 
 def allowed_plugins() -> frozenset[str] | None:

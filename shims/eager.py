@@ -164,7 +164,7 @@ class EagerCompilation:
             return None
         if os.environ.get(env):
             return Path(os.environ[env])
-        return settings.cache_dir(self.backend)
+        return settings.writable_cache_dir(self.backend)
 
     def compile(self, model: T, **options: Any) -> T:
         own = options.get("backend", self.backend) == self.backend  # another backend: only torch.compile's keywords

@@ -150,7 +150,7 @@ def prepare_environment(vendor: XlaVendor) -> None:
         )
     env = vendor.compile_cache_env
     if env and not os.environ.get(env):
-        os.environ[env] = str(settings.cache_dir(vendor.name))
+        os.environ[env] = str(settings.writable_cache_dir(vendor.name))
 
 
 def _single_process_error(vendor: XlaVendor, processes: int) -> UnsupportedFeatureError:
@@ -264,7 +264,7 @@ class XlaCompilation:
 
     def cache_dir(self) -> Path | None:
         if self.vendor.persistent_cache:
-            return settings.cache_dir("xla", self.vendor.pjrt_device.lower())
+            return settings.writable_cache_dir("xla", self.vendor.pjrt_device.lower())
         env = self.vendor.compile_cache_env
         return Path(os.environ[env]) if env and os.environ.get(env) else None
 

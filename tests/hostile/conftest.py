@@ -1,0 +1,46 @@
+"""The hostile plugin packages (tests/hostile/plugins/*), pip-installed for real into target directories.
+
+Put a site on PYTHONPATH to make its entry points visible, ahead of the venv's own (the path order
+the clash cases are about); the test venv itself stays untouched. The slow plugins (hanging at
+import and registration) get their own site, so only the tests about them pay their deadline.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+
+
+def install(packages: list[str], factory: pytest.TempPathFactory, name: str) -> Path:
+    """pip-install ``packages`` (folders under tests/hostile/plugins) into a fresh target directory."""
+    target, build = factory.mktemp(name), factory.mktemp(f"{name}-build")
+    sources = []
+    for package in packages:
+        copy = build / package  # build from a copy: no build/ or egg-info litter in the repo
+        shutil.copytree(PLUGINS / package, copy)
+        sources.append(str(copy))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), *sources],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return target
+
+
+@pytest.fixture(scope="session")
+def hostile_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """anydevice-hostile (hangs, exits, bad declarations) and anydevice-impostor (built-in names)."""
+    return install(["anydevice_hostile", "anydevice_impostor"], tmp_path_factory, "hostile-site")
+
+
+@pytest.fixture(scope="session")
+def slow_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """anydevice-slowplugin: one plugin hangs at import, one in its registration hook."""
+    return install(["anydevice_slowplugin"], tmp_path_factory, "slow-site")

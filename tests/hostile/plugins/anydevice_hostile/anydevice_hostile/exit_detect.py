@@ -1,0 +1,18 @@
+"""A plugin whose detection raises SystemExit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.hookspecs import hookimpl
+from anydevice_hostile import never_loaded
+
+
+def detect() -> Detection:
+    raise SystemExit(4)
+
+
+@hookimpl
+def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
+    register(DeviceSpec(name="exitdetect", detect=detect, load=never_loaded, priority=400))

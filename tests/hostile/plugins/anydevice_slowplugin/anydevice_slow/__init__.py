@@ -1,0 +1,1 @@
+"""Plugins that hang before they declare anything (tests/hostile)."""
