@@ -146,7 +146,7 @@ class EagerPlacement:
         return Prefetcher(loader, self.device(), non_blocking=self.device_type != "cpu")
 
     def save(self, obj: Any, path: Path) -> None:
-        portable_save(obj, path)
+        portable_save(obj, path, self.device())
 
 
 class EagerCompilation:
