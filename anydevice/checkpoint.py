@@ -26,9 +26,8 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -57,6 +56,7 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
     the process exits. A directory that exists is replaced.
     """
     from torch.distributed.checkpoint import state_dict_saver as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     from anydevice.shims.saving import fsync_directory, group_rank, on_main_rank, remove_stale_temps, resolve_target
 
@@ -67,6 +67,7 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
             f"torch {torch.__version__} has no torch.distributed.checkpoint.async_save.",
             "Upgrade torch, or call ad.checkpoint.save without async_save=True.",
         )
+    _quiet_dcp_noise()
     target = resolve_target(Path(directory))
     target.parent.mkdir(parents=True, exist_ok=True)
     main = group_rank() in (None, 0)
@@ -81,16 +82,15 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
 
     if not async_save:
         try:
-            with _single_process_quiet():
-                dcp.save(state_dict, checkpoint_id=tmp, no_dist=group_rank() is None)
-        except Exception as exc:
+            dcp.save(state_dict, checkpoint_id=tmp, no_dist=group_rank() is None)
+        except (Exception, CheckpointException) as exc:
             if main:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise CheckpointError(f"Saving checkpoint {target} failed: {_first_line(exc)}") from exc
         on_main_rank(publish, f"save checkpoint {target}")
         return None
-    with _single_process_quiet():
-        response = dcp.async_save(state_dict, checkpoint_id=tmp, no_dist=group_rank() is None)
+    state_dict = _host_copies(state_dict)  # DCP's stager copies storages, which lazy (XLA) tensors lack
+    response = dcp.async_save(state_dict, checkpoint_id=tmp, no_dist=group_rank() is None)
     written = cast("Future[Any]", getattr(response, "upload_completion", response))  # AsyncSaveResponse in newer torch
     done: Future[Path] = Future()
 
@@ -99,7 +99,7 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
             write.result()
             if main:
                 publish()
-        except Exception as exc:
+        except (Exception, CheckpointException) as exc:
             if main:
                 shutil.rmtree(tmp, ignore_errors=True)
             done.set_exception(CheckpointError(f"Saving checkpoint {target} failed: {_first_line(exc)}"))
@@ -117,6 +117,7 @@ def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
     any number of ranks, and in a single process without a process group.
     """
     from torch.distributed.checkpoint import state_dict_loader as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     from anydevice.shims.saving import group_rank
 
@@ -128,12 +129,12 @@ def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
             f"{path} is not a complete checkpoint (it has no {METADATA}).",
             "It was not written by ad.checkpoint.save, or was damaged; load another checkpoint.",
         )
+    _quiet_dcp_noise()
     parts = _Parts(state)
     state_dict = _state_dict(parts)
     try:
-        with _single_process_quiet():
-            dcp.load(state_dict, checkpoint_id=path, no_dist=group_rank() is None)
-    except Exception as exc:
+        dcp.load(state_dict, checkpoint_id=path, no_dist=group_rank() is None)
+    except (Exception, CheckpointException) as exc:
         raise CheckpointError(f"Checkpoint {path} could not be loaded: {_first_line(exc)}") from exc
     _apply(parts, state_dict)
     return {key: state_dict[key] if key in parts.plain else value for key, value in state.items()}
@@ -197,6 +198,18 @@ def _apply(parts: _Parts, state_dict: dict[str, Any]) -> None:
         set_optimizer_state_dict(parts.modules[owner], optimizer, state_dict[key])
 
 
+def _host_copies(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """``state_dict`` with every plain device tensor copied to the host (sharded DTensors are left to DCP)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    from torch.utils._pytree import tree_map_only
+
+    def host(t: torch.Tensor) -> torch.Tensor:
+        return t if isinstance(t, DTensor) or t.device.type == "cpu" else t.detach().to("cpu")
+
+    return cast("dict[str, Any]", tree_map_only(torch.Tensor, host, state_dict))
+
+
 def _shared_temp(target: Path) -> Path:
     """The temporary directory every rank writes into: rank 0 names it, the others learn it."""
     import torch.distributed as dist
@@ -228,14 +241,24 @@ def _publish(tmp: Path, target: Path) -> None:
             old.unlink(missing_ok=True)
 
 
-@contextmanager
-def _single_process_quiet() -> Iterator[None]:
-    """Silence DCP's warning that it works in a single process: without a process group that is the point."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is .*assuming the intent is to", category=UserWarning)
-        yield
+def _quiet_dcp_noise() -> None:
+    """Silence two DCP warnings that are not the user's business, with process-wide filters for those messages.
+
+    "assuming the intent is to save in a single process": without a process group that is the
+    point. "TypedStorage is deprecated": torch 2.9's DCP writer calls ``tensor.storage()`` itself.
+    Filters, not a ``catch_warnings`` block, because an async save warns from DCP's thread later.
+    """
+    single = r"torch\.distributed is .*assuming the intent is to (save|load) in a single process"
+    warnings.filterwarnings("ignore", message=single, category=UserWarning)
+    warnings.filterwarnings("ignore", message="TypedStorage is deprecated", module=r"torch\.distributed\.checkpoint")
 
 
 def _first_line(exc: BaseException) -> str:
+    """One line saying why: for DCP's ``CheckpointException``, the first failing rank's own error."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank, (error, _) = sorted(failures.items(), key=lambda item: item[0])[0]
+        where = f" (rank {rank})" if len(failures) > 1 or rank != 0 else ""
+        return f"{type(error).__name__}: {_first_line(error)}{where}"
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

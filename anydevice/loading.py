@@ -36,7 +36,7 @@ def load_file(path: Path, map_location: str | torch.device = "cpu", weights_only
         warnings.simplefilter("always")
         try:
             result = torch.load(path, map_location=map_location, weights_only=weights_only)
-        except OSError:
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
             raise  # missing, unreadable, a directory: the OS error names the path already
         except Exception as exc:
             raise _classify(path, exc) from None
