@@ -35,11 +35,12 @@ def digest(model: nn.Module) -> float:
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, seed: int) -> None:
-    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(seed))
+    x = ad.to(torch.randn(16, 8, generator=torch.Generator().manual_seed(seed)))
     loss = ((model(x) - x.sum(dim=1, keepdim=True)) ** 2).mean()
     loss.backward()
     opt.step()
     opt.zero_grad()
+    ad.step()
 
 
 def main(mode: str, directory: str, strategy: str) -> None:
