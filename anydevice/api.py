@@ -82,8 +82,9 @@ def data_loader(loader: Iterable[T]) -> Iterable[T]:
 def save(obj: Any, path: str | Path) -> None:
     """Save portably: tensors moved to CPU, written once by the main rank, atomically.
 
-    With a process group up it returns on every rank only once the file is in place, so
-    ``ad.save(...); ad.load(...)`` works on every rank of a shared filesystem.
+    With a process group up it is collective (call it on every rank): it returns on every rank
+    only once the file is in place, so ``ad.save(...); ad.load(...)`` works on every rank of a
+    shared filesystem, and raises on every rank when rank 0 failed.
     """
     current().shims.placement.save(obj, Path(path))
 
