@@ -11,7 +11,7 @@ torch nor any vendor library; the selected plugin is loaded on first use.
 
 from __future__ import annotations
 
-from anydevice import distributed, errors
+from anydevice import checkpoint, distributed, errors
 from anydevice.api import (
     autocast,
     backend,
@@ -41,6 +41,7 @@ __all__ = [
     "__version__",
     "autocast",
     "backend",
+    "checkpoint",
     "compile",
     "data_loader",
     "device",

@@ -85,15 +85,23 @@ def data_loader(loader: Iterable[T]) -> Iterable[T]:
 
 
 def save(obj: Any, path: str | Path) -> None:
-    """Save portably: tensors moved to CPU, written once by the main rank, atomically."""
+    """Save portably: tensors moved to CPU, written once by the main rank, atomically.
+
+    With a process group up it is collective (call it on every rank): it returns on every rank
+    only once the file is in place, so ``ad.save(...); ad.load(...)`` works on every rank of a
+    shared filesystem, and raises on every rank when rank 0 failed.
+    """
     current().shims.placement.save(obj, Path(path))
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu", weights_only: bool = True) -> Any:
-    """Load what :func:`save` wrote; tensors land on ``map_location`` (CPU by default)."""
-    import torch
+    """Load what :func:`save` wrote; tensors land on ``map_location`` (CPU by default).
 
-    return torch.load(Path(path), map_location=map_location, weights_only=weights_only)
+    An empty, truncated or corrupt file raises :class:`~anydevice.errors.CheckpointError` naming it.
+    """
+    from anydevice.loading import load_file
+
+    return load_file(Path(path), map_location=map_location, weights_only=weights_only)
 
 
 def add_step_listener(listener: Callable[[], None]) -> Callable[[], None]:

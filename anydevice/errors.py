@@ -11,7 +11,8 @@ The hierarchy::
     │   └── NoDeviceAvailableError      no entry of a list (or ``auto``) is usable
     ├── PluginError                     a plugin failed to import, register or load
     ├── UnsupportedFeatureError         the selected device does not support a requested feature
-    └── DistributedError                a launch environment is missing or half set
+    ├── DistributedError                a launch environment is missing or half set
+    └── CheckpointError                 a checkpoint cannot be read (empty, corrupt, refused) or written
 
 The CLI prints ``str(error)`` (one or a few sentences, no traceback) and exits non-zero.
 """
@@ -123,3 +124,7 @@ class UnsupportedFeatureError(AnyDeviceError):
 
 class DistributedError(AnyDeviceError):
     """The distributed launch environment is missing, half set, or inconsistent."""
+
+
+class CheckpointError(AnyDeviceError):
+    """A checkpoint is empty, corrupt, refused by a safe load, incomplete, or its save failed on another rank."""

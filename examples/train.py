@@ -17,6 +17,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -102,9 +103,48 @@ def batches(args: argparse.Namespace, rank: int, world: int) -> torch.utils.data
     return torch.utils.data.DataLoader(torch.utils.data.Subset(dataset, indices), batch_size=args.batch_size, drop_last=True)
 
 
-def latest_checkpoint(directory: Path) -> Path | None:
-    found = sorted(directory.glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
-    return found[-1] if found else None
+CHECKPOINT_NAME = re.compile(r"step-([0-9]+)(\.pt)?")
+
+
+def checkpoints(directory: Path, sharded: bool) -> list[Path]:
+    """This job's checkpoints in ``directory``, newest first: ``step-N/`` (sharded, DCP) or ``step-N.pt`` files.
+
+    Anything else (``step-final.pt``, hidden temporaries, the other format) is not ours and is ignored.
+    """
+    found = []
+    for entry in directory.iterdir() if directory.is_dir() else []:
+        match = CHECKPOINT_NAME.fullmatch(entry.name)
+        if match and (entry.is_dir() if sharded else match[2] is not None and entry.is_file()):
+            found.append((int(match[1]), entry))
+    return [entry for _, entry in sorted(found, reverse=True)]
+
+
+def resume(directory: Path, core: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> tuple[int, str | None]:
+    """Load the newest checkpoint that loads into ``core``/``optimizer``; say on stderr which were skipped and why.
+
+    Returns (step, path), or (0, None) when nothing loads. ``core`` is the model as wrapped for FSDP
+    when ``sharded`` (DCP loads each rank's shards), else the unwrapped model.
+    """
+    for path in checkpoints(directory, sharded):
+        try:
+            if sharded:
+                state = ad.checkpoint.load({"model": core, "optimizer": optimizer, "step": 0}, path)
+            else:
+                state = ad.load(path)
+                if not isinstance(state, dict) or not {"step", "model", "optimizer"} <= state.keys():
+                    raise ValueError("not a checkpoint of this job (no step, model and optimizer entries)")
+                if not isinstance(state["step"], int) or state["step"] < 0:
+                    raise ValueError(f"its step is {state['step']!r}, not a step number")
+                core.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+            step = state["step"]
+        except (ad.AnyDeviceError, KeyError, TypeError, ValueError, RuntimeError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if ad.distributed.is_main():
+                print(f"resume: skipped {path}: {reason}", file=sys.stderr, flush=True)
+            continue
+        return step, str(path)
+    return 0, None
 
 
 def param_checksum(model: nn.Module) -> str:
@@ -141,8 +181,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--crash-rank", type=int, default=None, metavar="R", help="with --crash-at-step: only rank R (default: all)")
     args = p.parse_args(argv)
-    if args.checkpoint_dir and args.parallel == "fsdp":
-        p.error("--checkpoint-dir saves the full model from rank 0, which FSDP shards across ranks; use --parallel ddp")
     return args
 
 
@@ -154,16 +192,11 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     ad.manual_seed(args.seed)
     model = TinyGPT(args.d_model, args.layers, args.heads, args.seq_len)
     core = ad.to(model)
-    state, resumed_from = None, None
-    if args.checkpoint_dir and (ckpt := latest_checkpoint(args.checkpoint_dir)) is not None:
-        state, resumed_from = ad.load(ckpt), str(ckpt)
-        core.load_state_dict(state["model"])
     model = ad.distributed.wrap(core, args.parallel) if world > 1 else core
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    start_step = 0
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        start_step = state["step"]
+    start_step, resumed_from = 0, None
+    if args.checkpoint_dir:
+        start_step, resumed_from = resume(args.checkpoint_dir, core, optimizer, args.parallel == "fsdp")
     step_fn = ad.compile(model) if args.compile else model
 
     tokens_per_step = args.batch_size * args.seq_len * world
@@ -196,13 +229,13 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             if args.log_every and done % args.log_every == 0 and rank == 0:
                 print(f"step {done:5d}  loss {value:.4f}", file=sys.stderr)
             if args.checkpoint_dir and args.checkpoint_every and done % args.checkpoint_every == 0:
-                save_checkpoint(args.checkpoint_dir, done, core, optimizer)
+                save_checkpoint(args.checkpoint_dir, done, core, optimizer, args.parallel == "fsdp")
             if done == args.crash_at_step and resumed_from is None and args.crash_rank in (None, rank):
                 print(f"rank {rank}: injected crash after step {done}", file=sys.stderr, flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)  # a real, unclean death: no cleanup, no final checkpoint
     profile_files = [str(f) for f in session.files] if session else []
     if args.checkpoint_dir:
-        save_checkpoint(args.checkpoint_dir, args.steps, core, optimizer)
+        save_checkpoint(args.checkpoint_dir, args.steps, core, optimizer, args.parallel == "fsdp")
     report = meter.report()
     b = ad.backend()
     result = {
@@ -230,8 +263,17 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def save_checkpoint(directory: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    ad.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, directory / f"step-{step}.pt")
+def save_checkpoint(directory: Path, step: int, core: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> None:
+    """``step-N/`` with ad.checkpoint (every rank writes its shards) when ``sharded``, else ``step-N.pt`` with ad.save.
+
+    FSDP shards the model, so its checkpoints are sharded (DCP, resharded on load: a 2-rank run
+    resumes on 1 rank). DDP and a single process keep one portable file: every rank holds the
+    whole model, and ``ad.load`` reads it anywhere without a process group or the model class.
+    """
+    if sharded:
+        ad.checkpoint.save({"model": core, "optimizer": optimizer, "step": step}, directory / f"step-{step}")
+    else:
+        ad.save({"step": step, "model": core.state_dict(), "optimizer": optimizer.state_dict()}, directory / f"step-{step}.pt")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+
+from anydevice.shims.saving import atomic_write, on_main_rank
 
 T = TypeVar("T")
 
@@ -65,26 +66,20 @@ def local_rank() -> int:
 def atomic_save(obj: Any, path: Path | str, writer: Callable[[Any, Any], None] = torch.save) -> None:
     """``writer(obj, file)`` (``torch.save``) to a temporary file beside ``path``, fsync, then rename over it.
 
-    A crash mid-write leaves the previous file intact; readers never see a partial file.
+    A crash mid-write leaves the previous file intact; readers never see a partial file. The file
+    gets the umask's mode, a symlinked ``path`` has its target updated, the directory is fsynced
+    after the rename and stale temporaries of killed saves there are removed (see ``saving``).
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            writer(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda handle: writer(obj, handle))
 
 
-def portable_save(obj: Any, path: Path | str) -> None:
-    """Save ``obj`` with every tensor on CPU, written once (by the main rank) and atomically."""
-    if global_rank() == 0:
-        atomic_save(to_cpu(obj), path)
+def portable_save(obj: Any, path: Path | str, device: torch.device | None = None) -> None:
+    """Save ``obj`` with every tensor on CPU, written once (by the main rank) and atomically.
+
+    With a process group up, every rank returns only once rank 0's file is in place (or raises
+    when rank 0 failed); without one, the process writes whatever ``RANK`` says.
+    """
+    on_main_rank(lambda: atomic_save(to_cpu(obj), path), f"save {path}", device)
 
 
 class Prefetcher(Iterable[T]):

@@ -66,7 +66,10 @@ class Placement(Protocol):
         """Wrap a loader so that batches arrive on the device, prefetched the device's way."""
 
     def save(self, obj: Any, path: Path) -> None:
-        """Write ``obj`` portably (tensors moved to CPU first)."""
+        """Write ``obj`` portably (tensors moved to CPU first) and atomically, once, by the main rank.
+
+        With a process group up it is collective: every rank returns once the file is in place.
+        """
 
     def fallback_ops(self) -> dict[str, int]:
         """Per-op counts of ops the runtime ran on the CPU instead of the device since the process started.

@@ -144,7 +144,7 @@ class EagerPlacement:
         return Prefetcher(loader, self.device(), non_blocking=not self.vendor.host)
 
     def save(self, obj: Any, path: Path) -> None:
-        portable_save(obj, path)
+        portable_save(obj, path, self.device())
 
     def fallback_ops(self) -> dict[str, int]:
         """Eager runtimes keep no fallback counters (a CPU fallback shows as a warning the matrix reads)."""

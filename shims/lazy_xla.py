@@ -237,15 +237,23 @@ class XlaPlacement:
         return pl.MpDeviceLoader(loader, self.device())  # type: ignore[no-any-return]
 
     def save(self, obj: Any, path: Path) -> None:
-        """``xm.save`` (one batched transfer to CPU) into a temporary file, then an atomic rename; rank 0 only."""
+        """``xm.save`` (one batched transfer to CPU) into a temporary file, then an atomic rename; main rank only.
+
+        The main rank is rank 0 of the process group when one is up (every rank then returns once
+        the file is in place), else ordinal 0 of a multi-process XLA runtime, else this process.
+        """
         import torch_xla.core.xla_model as xm
         import torch_xla.runtime as xr
 
-        if xr.global_ordinal() != 0:
-            return
-        from anydevice.shims.common import atomic_save
+        from anydevice.shims.saving import atomic_write, group_rank, on_main_rank
 
-        atomic_save(obj, path, lambda o, handle: xm.save(o, handle, master_only=False))
+        if group_rank() is None and xr.world_size() > 1 and xr.global_ordinal() != 0:
+            return
+
+        def write() -> None:
+            atomic_write(path, lambda handle: xm.save(obj, handle, master_only=False))
+
+        on_main_rank(write, f"save {path}", self.device())
 
     def fallback_ops(self) -> dict[str, int]:
         """torch_xla's per-op CPU-fallback counters (``aten::*`` in its metrics) since the process started."""

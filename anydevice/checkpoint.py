@@ -1,0 +1,264 @@
+"""Sharded checkpoints on ``torch.distributed.checkpoint`` (DCP): ``ad.checkpoint.save`` / ``load``.
+
+``state`` is a dict. Its values may be modules (plain, DDP- or FSDP2-wrapped), optimizers and
+plain values (numbers, strings, tensors, nested containers of them)::
+
+    ad.checkpoint.save({"model": model, "optim": optimizer, "step": 100}, "ckpt/step-100")
+    state = ad.checkpoint.load({"model": model, "optim": optimizer, "step": 0}, "ckpt/step-100")
+    step = state["step"]
+
+Each rank writes its own shards; DCP's state-dict helpers (``get_state_dict`` /
+``set_state_dict``) key everything by parameter name, so a checkpoint reshards on load: saved
+by 2 FSDP2 ranks, loaded by 1 plain process (no process group needed), saved on one device
+type, loaded on another.
+
+Pairing: each optimizer is saved with the module in ``state`` whose parameters it updates
+(found by parameter identity), so an optimizer needs its model in the same dict; an optimizer
+whose parameters belong to no module, or to several, is an error.
+
+A save writes into a hidden temporary directory beside ``directory`` and renames it into place
+once DCP has written its ``.metadata`` on every rank: a checkpoint directory either is complete
+or does not exist (:func:`is_complete`), and the next save removes what a killed one left.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from collections.abc import Mapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from anydevice.errors import CheckpointError, UnsupportedFeatureError
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.optim import Optimizer
+
+__all__ = ["is_complete", "load", "save"]
+
+METADATA = ".metadata"
+
+
+def is_complete(directory: str | Path) -> bool:
+    """True when ``directory`` holds a checkpoint that :func:`save` finished (DCP's ``.metadata`` is there)."""
+    return (Path(directory) / METADATA).is_file()
+
+
+def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = False) -> Future[Path] | None:
+    """Write ``state`` to the checkpoint ``directory``, each rank its own shards; collective.
+
+    Returns once the checkpoint is in place on every rank. With ``async_save=True`` it returns
+    after the state is staged in host memory and gives a future resolved with the directory
+    when the write finished (on rank 0: once the checkpoint is in place); wait for it before
+    the process exits. A directory that exists is replaced.
+    """
+    from torch.distributed.checkpoint import state_dict_saver as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from anydevice.shims.saving import fsync_directory, group_rank, on_main_rank, remove_stale_temps, resolve_target
+
+    if async_save and not hasattr(dcp, "async_save"):
+        import torch
+
+        raise UnsupportedFeatureError(
+            f"torch {torch.__version__} has no torch.distributed.checkpoint.async_save.",
+            "Upgrade torch, or call ad.checkpoint.save without async_save=True.",
+        )
+    _quiet_dcp_noise()
+    target = resolve_target(Path(directory))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    main = group_rank() in (None, 0)
+    if main:
+        remove_stale_temps(target.parent)
+    tmp = _shared_temp(target)
+    state_dict = _state_dict(_Parts(state))
+
+    def publish() -> None:
+        _publish(tmp, target)
+        fsync_directory(target.parent)
+
+    if not async_save:
+        try:
+            dcp.save(state_dict, checkpoint_id=tmp, no_dist=group_rank() is None)
+        except (Exception, CheckpointException) as exc:
+            if main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(f"Saving checkpoint {target} failed: {_first_line(exc)}") from exc
+        on_main_rank(publish, f"save checkpoint {target}")
+        return None
+    state_dict = _host_copies(state_dict)  # DCP's stager copies storages, which lazy (XLA) tensors lack
+    response = dcp.async_save(state_dict, checkpoint_id=tmp, no_dist=group_rank() is None)
+    written = cast("Future[Any]", getattr(response, "upload_completion", response))  # AsyncSaveResponse in newer torch
+    done: Future[Path] = Future()
+
+    def finish(write: Future[Any]) -> None:
+        try:
+            write.result()
+            if main:
+                publish()
+        except (Exception, CheckpointException) as exc:
+            if main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            done.set_exception(CheckpointError(f"Saving checkpoint {target} failed: {_first_line(exc)}"))
+        else:
+            done.set_result(target)
+
+    written.add_done_callback(finish)
+    return done
+
+
+def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
+    """Fill ``state``'s modules and optimizers in place from ``directory``; return ``state`` with its plain values loaded.
+
+    Every key of ``state`` must be in the checkpoint (the checkpoint may hold more). Works with
+    any number of ranks, and in a single process without a process group.
+    """
+    from torch.distributed.checkpoint import state_dict_loader as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from anydevice.shims.saving import group_rank
+
+    path = Path(directory)
+    if not path.exists():
+        raise CheckpointError(f"No checkpoint at {path}.", "Check the path; ad.checkpoint.save writes a directory.")
+    if not is_complete(path):
+        raise CheckpointError(
+            f"{path} is not a complete checkpoint (it has no {METADATA}).",
+            "It was not written by ad.checkpoint.save, or was damaged; load another checkpoint.",
+        )
+    _quiet_dcp_noise()
+    parts = _Parts(state)
+    state_dict = _state_dict(parts)
+    try:
+        dcp.load(state_dict, checkpoint_id=path, no_dist=group_rank() is None)
+    except (Exception, CheckpointException) as exc:
+        raise CheckpointError(f"Checkpoint {path} could not be loaded: {_first_line(exc)}") from exc
+    _apply(parts, state_dict)
+    return {key: state_dict[key] if key in parts.plain else value for key, value in state.items()}
+
+
+class _Parts:
+    """``state`` split into modules, optimizers (each with the key of its module) and plain values."""
+
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        from torch import nn
+        from torch.optim import Optimizer
+
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"A checkpoint state must be a dict of named values, not {type(state).__name__}.")
+        self.modules: dict[str, nn.Module] = {}
+        self.optimizers: dict[str, tuple[Optimizer, str]] = {}
+        self.plain: dict[str, Any] = {}
+        for key, value in state.items():
+            if not isinstance(key, str):
+                raise CheckpointError(f"Checkpoint state keys must be strings, not {key!r}.")
+            if isinstance(value, nn.Module):
+                self.modules[key] = value
+            elif not isinstance(value, Optimizer):
+                self.plain[key] = value
+        for key, value in state.items():
+            if isinstance(value, Optimizer):
+                self.optimizers[key] = (value, self._owner(key, value))
+
+    def _owner(self, key: str, optimizer: Optimizer) -> str:
+        wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        owners = [name for name, module in self.modules.items() if wanted <= {id(p) for p in module.parameters()}]
+        if len(owners) == 1:
+            return owners[0]
+        if not owners:
+            raise CheckpointError(
+                f"Optimizer '{key}' updates parameters of no single module in the checkpoint state.",
+                "Put the model it optimises in the same dict (e.g. {'model': model, 'optim': optimizer}).",
+            )
+        raise CheckpointError(
+            f"Optimizer '{key}' updates parameters of several modules in the state ({', '.join(owners)}).",
+            "Keep only the module it optimises (not also its wrapper or a parent) in the dict.",
+        )
+
+
+def _state_dict(parts: _Parts) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    state_dict: dict[str, Any] = {key: get_model_state_dict(module) for key, module in parts.modules.items()}
+    for key, (optimizer, owner) in parts.optimizers.items():
+        state_dict[key] = get_optimizer_state_dict(parts.modules[owner], optimizer)
+    state_dict.update(parts.plain)
+    return state_dict
+
+
+def _apply(parts: _Parts, state_dict: dict[str, Any]) -> None:
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+    for key, module in parts.modules.items():
+        set_model_state_dict(module, state_dict[key])
+    for key, (optimizer, owner) in parts.optimizers.items():
+        set_optimizer_state_dict(parts.modules[owner], optimizer, state_dict[key])
+
+
+def _host_copies(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """``state_dict`` with every plain device tensor copied to the host (sharded DTensors are left to DCP)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    from torch.utils._pytree import tree_map_only
+
+    def host(t: torch.Tensor) -> torch.Tensor:
+        return t if isinstance(t, DTensor) or t.device.type == "cpu" else t.detach().to("cpu")
+
+    return cast("dict[str, Any]", tree_map_only(torch.Tensor, host, state_dict))
+
+
+def _shared_temp(target: Path) -> Path:
+    """The temporary directory every rank writes into: rank 0 names it, the others learn it."""
+    import torch.distributed as dist
+
+    from anydevice.shims.saving import group_rank, temp_path
+
+    rank = group_rank()
+    names = [temp_path(target).name if rank in (None, 0) else ""]
+    if rank is not None and dist.get_world_size() > 1:
+        dist.broadcast_object_list(names, src=0)
+    return target.parent / names[0]
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Rename the finished ``tmp`` to ``target``, replacing an older ``target``."""
+    from anydevice.shims.saving import temp_path
+
+    if not is_complete(tmp):
+        raise CheckpointError(f"The checkpoint written to {tmp} has no {METADATA}; {target} was left as it was.")
+    old = None
+    if target.exists() or target.is_symlink():
+        old = temp_path(target)
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
+def _quiet_dcp_noise() -> None:
+    """Silence two DCP warnings that are not the user's business, with process-wide filters for those messages.
+
+    "assuming the intent is to save in a single process": without a process group that is the
+    point. "TypedStorage is deprecated": torch 2.9's DCP writer calls ``tensor.storage()`` itself.
+    Filters, not a ``catch_warnings`` block, because an async save warns from DCP's thread later.
+    """
+    single = r"torch\.distributed is .*assuming the intent is to (save|load) in a single process"
+    warnings.filterwarnings("ignore", message=single, category=UserWarning)
+    warnings.filterwarnings("ignore", message="TypedStorage is deprecated", module=r"torch\.distributed\.checkpoint")
+
+
+def _first_line(exc: BaseException) -> str:
+    """One line saying why: for DCP's ``CheckpointException``, the first failing rank's own error."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank, (error, _) = sorted(failures.items(), key=lambda item: item[0])[0]
+        where = f" (rank {rank})" if len(failures) > 1 or rank != 0 else ""
+        return f"{type(error).__name__}: {_first_line(error)}{where}"
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
