@@ -131,7 +131,8 @@ class Attention(nn.Module):
             k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
             v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.wo(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+        projected: torch.Tensor = self.wo(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+        return projected
 
 
 class SwiGLU(nn.Module):
@@ -144,7 +145,8 @@ class SwiGLU(nn.Module):
         self.w2 = nn.Linear(config.d_ff, config.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        out: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return out
 
 
 class Block(nn.Module):
@@ -159,11 +161,15 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin)
-        return x + self.mlp(self.mlp_norm(x))
+        out: torch.Tensor = x + self.mlp(self.mlp_norm(x))
+        return out
 
 
 class Llama(nn.Module):
     """A Llama-style decoder; ``forward(idx, targets)`` returns the mean next-token cross-entropy."""
+
+    cos: torch.Tensor  # rotary tables, buffers derived from the config
+    sin: torch.Tensor
 
     def __init__(self, config: LlamaConfig, activation_checkpointing: bool = False) -> None:
         super().__init__()
