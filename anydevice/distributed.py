@@ -266,3 +266,13 @@ def shutdown() -> None:
         gc.collect()
         _dist().destroy_process_group()
     _owned_group = False
+
+
+def local_shard(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of ``tensor``: its local shard when ``wrap(model, "fsdp")`` sharded it, else ``tensor`` itself.
+
+    For per-rank reductions without gathering the whole tensor (a checksum, a norm): reduce the
+    local parts, then combine them with :func:`all_reduce`.
+    """
+    to_local = getattr(tensor, "to_local", None)  # a DTensor (FSDP2's sharded parameters)
+    return to_local() if callable(to_local) else tensor

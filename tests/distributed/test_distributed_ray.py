@@ -58,7 +58,7 @@ def test_worker_env_carries_the_selection(monkeypatch):
 
 @pytest.mark.slow
 def test_two_ray_workers_train_the_main_job(tmp_path):
-    """A real local Ray cluster on loopback, 2 CPU workers: TinyGPT trained data-parallel over Ray's process group."""
+    """A real local Ray cluster on loopback, 2 CPU workers: the main job trained data-parallel over Ray's process group."""
     # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray use 127.0.0.1 as the node address (and MASTER_ADDR) on Linux too
     result = python(WORKERS / "ray_driver.py", tmp_path, timeout=240, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     assert result.returncode == 0, result.stderr[-4000:]
@@ -68,10 +68,11 @@ def test_two_ray_workers_train_the_main_job(tmp_path):
     ranks = {row["rank"]: row for row in report["ranks"]}
     assert sorted(ranks) == [0, 1]
     for row in ranks.values():
-        assert row["model"] == "TinyGPT"
+        assert row["model"] == "tiny"
         assert row["world_size"] == 2
         assert row["group_made_by_ray"] is True and row["still_initialized"] is True
         assert row["pg_backend"] == "gloo"
         assert row["env"] == {"ANYDEVICE": "cpu", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "MASTER_ADDR": "127.0.0.1"}
         assert row["last_loss"] < row["first_loss"]
     assert ranks[0]["param_checksum"] == ranks[1]["param_checksum"]
+    assert ranks[0]["replicas_agree"] is True and ranks[0]["losses"] == ranks[1]["losses"]  # job-wide: the mean over ranks

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import math
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -113,8 +112,10 @@ def test_main_job_reports_mfu_from_the_toy_chips_peak(plugin_site: Path) -> None
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["backend"] == "toy" and result["chip"] == "ToyChip-1"
-    model = train_module().TinyGPT()  # the job's defaults: d_model 128, 2 layers, seq_len 64
-    per_token = ad.transformer_training_flops_per_token(model.non_embedding_params(), 2, 128, 64)
+    job = train_module()
+    model = job.Llama(job.PRESETS["tiny"].config)  # the job's default preset: d_model 128, 2 layers, seq_len 64
+    per_token = ad.transformer_training_flops_per_token(model.matmul_params(), 2, 128, 64)  # attention included
+    assert result["model"] == "tiny" and result["flops_per_token"] == per_token
     assert result["mfu"] == pytest.approx(result["tokens_per_s"] * per_token / 1e12, rel=1e-9)
     assert 0 < result["mfu"] < 1 and "peak 1 TFLOP/s" in result["mfu_note"]
 
@@ -144,11 +145,23 @@ def test_grouped_query_attention_shrinks_k_and_v() -> None:
     assert full - grouped == 2 * 64 * (64 - 16)
 
 
-def test_gpt2_style_object_config_matches_the_main_jobs_model() -> None:
-    model = train_module().TinyGPT(d_model=128, n_layers=2, n_heads=4, seq_len=64)
-    config = SimpleNamespace(n_layer=2, n_embd=128, n_head=4, vocab_size=256, n_positions=64, activation_function="gelu")
-    # the helper leaves out biases and norms: within 2% of the model's real non-embedding parameters
-    assert math.isclose(matmul_params_from_config(config), model.non_embedding_params(), rel_tol=0.02)
+def test_llama_style_object_config_matches_the_main_jobs_model() -> None:
+    job = train_module()
+    model = job.Llama(job.PRESETS["tiny"].config)  # grouped-query attention (4 query, 2 key/value heads), SwiGLU
+    config = SimpleNamespace(
+        num_hidden_layers=2,
+        hidden_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=384,
+        vocab_size=256,
+        hidden_act="silu",
+        max_position_embeddings=64,
+    )
+    # exactly the model's matmul weights: attention, gated MLP and output head (no biases; embeddings and norms left out)
+    assert matmul_params_from_config(config) == model.matmul_params()
+    non_matmul = sum(p.numel() for p in model.parameters()) - model.matmul_params()
+    assert non_matmul == 256 * 128 + (2 * 2 + 1) * 128  # the input embedding and the RMSNorm weights
 
 
 def test_a_config_without_the_needed_fields_names_them() -> None:

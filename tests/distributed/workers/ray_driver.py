@@ -25,14 +25,13 @@ def loop(config: dict) -> None:
 
     spec = importlib.util.spec_from_file_location("anydevice_main_job", config["train_py"])
     job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)  # the main job's TinyGPT, batches and train()
+    spec.loader.exec_module(job)  # the main job's model, batches and train()
     group_before = torch.distributed.is_initialized()  # Ray made it
     ad.distributed.init()  # adopts Ray's group
     small = ["--d-model", "32", "--layers", "1", "--batch-size", "8", "--seq-len", "32", "--log-every", "0"]
     args = job.parse_args(["--steps", "20", *small])
-    result = job.train(args)  # wraps TinyGPT in DDP over Ray's group
+    result = job.train(args)  # wraps the tiny Llama in DDP over Ray's group
     result.update(
-        model=job.TinyGPT.__name__,
         group_made_by_ray=group_before,
         still_initialized=torch.distributed.is_initialized(),  # shutdown() left Ray's group alone
         pg_backend=torch.distributed.get_backend(),
