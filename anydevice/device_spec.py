@@ -80,3 +80,5 @@ class DeviceSpec:
     """The module torch's backend autoload would import for this device (``torch_tpu``), if any."""
     unsupported: Mapping[str, str] = field(default_factory=dict)
     """Probe name -> why the plugin does not support it (what the matrix expects to fail or skip)."""
+    processes_per_core: int | None = None
+    """``anydevice run -n`` bound for host-like devices (cpu): this many per CPU core. None: one per device."""

@@ -44,4 +44,13 @@ def load() -> Shims:
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(DeviceSpec(name="cpu", detect=detect, load=load, priority=0, description="host CPU (always available)"))
+    register(
+        DeviceSpec(
+            name="cpu",
+            detect=detect,
+            load=load,
+            priority=0,
+            description="host CPU (always available)",
+            processes_per_core=4,  # anydevice run -n: oversubscribing a core 4x still tests DDP; more only thrashes
+        )
+    )

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from anydevice import settings
 from anydevice.errors import DeviceUnavailableError, UnsupportedFeatureError, VersionMismatchError
 from anydevice.shims.contracts import MemoryStats, Shims, TraceSession
+from anydevice.shims.recompiles import RecompileWatch
 
 if TYPE_CHECKING:
     import torch
@@ -167,6 +168,8 @@ class XlaPlacement:
     def __init__(self, vendor: XlaVendor) -> None:
         self.vendor = vendor
         self.tracer: _StepTracer | None = None  # set while ad.profile() records
+        self.recompiles = RecompileWatch(vendor.name)
+        self._device_module: Any = None
 
     def device(self, index: int | None = None) -> torch.device:
         import torch_xla
@@ -202,6 +205,7 @@ class XlaPlacement:
             torch_xla.sync()
         # Tell MpDeviceLoader the step was marked, so its next batch does not sync a second time.
         xp.set_tracer_marked_step(True)
+        self.recompiles.after_step()  # one host counter read: warns once when steps keep compiling
 
     def manual_seed(self, seed: int) -> None:
         import torch
@@ -247,6 +251,28 @@ class XlaPlacement:
         from anydevice.shims.common import atomic_save
 
         atomic_save(obj, path, lambda o, handle: xm.save(o, handle, master_only=False))
+
+    def compilations(self) -> int:
+        """Graphs compiled since the device was selected (counted at each ``ad.step()``)."""
+        return self.recompiles.compilations
+
+    def device_module(self) -> Any:
+        """``ad.device_module()``: a DeviceModule on this placement (``shims.device_modules``)."""
+        if self._device_module is None:
+            from anydevice.shims.device_modules import xla_device_module
+
+            self._device_module = xla_device_module(self)
+        return self._device_module
+
+    def generator(self, seed: int) -> torch.Generator:
+        """A seeded CPU generator: torch_xla has none on the device (``torch.Generator("xla:0")`` raises).
+
+        Draw with it on the CPU and move the result (``torch.randn(shape, generator=g).to(ad.device())``);
+        diffusers' ``randn_tensor`` does exactly that when handed a CPU generator.
+        """
+        import torch
+
+        return torch.Generator().manual_seed(int(seed))
 
 
 class XlaCompilation:
