@@ -87,6 +87,12 @@ class DeviceProperties:
             raise UnsupportedDeviceFunctionError("get_device_properties().total_memory", self.device, self._why_unknown)
         return self._total_memory
 
+    def __getattr__(self, name: str) -> Any:
+        """CUDA-only properties (``major``, ``multi_processor_count``, ...) raise, naming the property."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise UnsupportedDeviceFunctionError(f"get_device_properties().{name}", self.device, "CUDA reports it, this one does not")
+
     def __repr__(self) -> str:
         memory = "unknown" if self._total_memory is None else f"{self._total_memory / 2**20:.0f}MB"
         return f"DeviceProperties(name={self.name!r}, total_memory={memory})"

@@ -124,7 +124,8 @@ class UnsupportedDeviceFunctionError(UnsupportedFeatureError, AttributeError):
     """
 
     def __init__(self, function: str, device: str, reason: str, hint: str | None = None) -> None:
-        super().__init__(f"{function}() is not available on {device}: {reason}.", hint)
+        shown = function if "." in function else f"{function}()"  # a property (props.major) shows as it is
+        super().__init__(f"{shown} is not available on {device}: {reason}.", hint)
         self.function = function
         self.device = device
         self.reason = reason
