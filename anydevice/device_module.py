@@ -109,6 +109,8 @@ class DeviceModule:
     :param total_memory: device memory in bytes, or None when the runtime does not report it.
     :param cache_note: why ``empty_cache`` has nothing to do here (the device keeps no cache of freed
         blocks that a caller could release); None makes ``empty_cache`` raise.
+    :param synchronize: waits for the device's work; default the placement's ``synchronize`` (a lazy
+        device passes one that also launches the pending graph, as ``torch.cuda.synchronize`` implies).
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class DeviceModule:
         native: Any = None,
         total_memory: Callable[[], int | None] = lambda: None,
         cache_note: str | None = None,
+        synchronize: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self._placement = placement
@@ -128,6 +131,7 @@ class DeviceModule:
         self._native = native
         self._total_memory = total_memory
         self._cache_note = cache_note
+        self._synchronize = synchronize or placement.synchronize
         self._current: int | None = None
 
     def __repr__(self) -> str:
@@ -209,8 +213,8 @@ class DeviceModule:
             self.set_device(before)
 
     def synchronize(self, device: Any = None) -> None:
-        """Wait until the work queued on the device has finished."""
-        self._placement.synchronize()
+        """Wait until the work issued to the device has finished."""
+        self._synchronize()
 
     def manual_seed(self, seed: int) -> None:
         """Seed the device's random generator."""

@@ -3,7 +3,8 @@
 Eager devices: ``torch.<device>`` itself where it has the whole :data:`~anydevice.device_module.SURFACE`
 (cuda, xpu); otherwise a :class:`~anydevice.device_module.DeviceModule` on the placement, taking what
 ``torch.<device>`` does have (``torch.cpu``'s streams, ``torch.mps``'s seed and cache). Lazy XLA devices:
-a ``DeviceModule`` whose seed is ``torch_xla.manual_seed`` and whose memory comes from the PJRT runtime.
+a ``DeviceModule`` whose seed is ``torch_xla.manual_seed``, whose ``synchronize`` launches the pending
+graph then waits (``torch_xla.sync()`` + ``xm.wait_device_ops()``) and whose memory comes from the PJRT runtime.
 """
 
 from __future__ import annotations
@@ -63,11 +64,16 @@ def eager_device_module(placement: EagerPlacement) -> Any:
 def xla_device_module(placement: XlaPlacement) -> DeviceModule:
     """A DeviceModule for a torch_xla device: ``torch_xla.manual_seed``, PJRT memory info, no streams."""
     import torch_xla
+    import torch_xla.core.xla_model as xm
 
     vendor = placement.vendor
 
     def seed(value: int) -> None:
         torch_xla.manual_seed(value)
+
+    def synchronize() -> None:
+        torch_xla.sync()  # the traced ops run only once their graph is cut: CUDA code expects them done
+        xm.wait_device_ops()
 
     return DeviceModule(
         vendor.name,
@@ -76,4 +82,5 @@ def xla_device_module(placement: XlaPlacement) -> DeviceModule:
         chip=lambda: vendor.chip() or f"PJRT {vendor.pjrt_device}",
         total_memory=lambda: placement.memory_stats().get("total_bytes"),
         cache_note="PJRT frees a buffer when its last tensor goes; there is no cache to empty",
+        synchronize=synchronize,
     )
