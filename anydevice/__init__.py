@@ -18,6 +18,7 @@ from anydevice.api import (
     compile,  # noqa: A004 - mirrors torch.compile
     data_loader,
     device,
+    generator,
     load,
     manual_seed,
     memory_stats,
@@ -29,6 +30,7 @@ from anydevice.api import (
     to,
 )
 from anydevice.backend import Backend, reset, use
+from anydevice.device_module import device_module
 from anydevice.errors import AnyDeviceError
 from anydevice.meter import StepMeter, transformer_training_flops_per_token
 
@@ -45,8 +47,10 @@ __all__ = [
     "compile",
     "data_loader",
     "device",
+    "device_module",
     "distributed",
     "errors",
+    "generator",
     "load",
     "manual_seed",
     "memory_stats",

@@ -74,6 +74,23 @@ def manual_seed(seed: int) -> None:
     current().shims.placement.manual_seed(seed)
 
 
+def generator(seed: int) -> torch.Generator:
+    """A seeded ``torch.Generator`` for this device's random draws (e.g. diffusers' ``generator=``).
+
+    On the device where it has generators (cpu, cuda, xpu, mps); on lazy XLA devices, which have
+    none (``torch.Generator(device="xla:0")`` raises), a CPU generator: draw on the CPU and move the
+    result, ``torch.randn(shape, generator=g).to(ad.device())``, which is what diffusers'
+    ``randn_tensor`` does when handed a CPU generator. Same seed, same numbers on every device.
+    """
+    placement = current().shims.placement
+    own: Callable[[int], torch.Generator] | None = getattr(placement, "generator", None)
+    if own is not None:
+        return own(seed)
+    import torch  # a plugin written before Placement.generator existed
+
+    return torch.Generator(device=device()).manual_seed(int(seed))
+
+
 def memory_stats() -> MemoryStats:
     """Device memory counters in bytes; empty, with ``.reason``, where the runtime has none."""
     return current().shims.placement.memory_stats()

@@ -34,6 +34,12 @@ class Backend:
     verified_on_hardware: bool
     shims: Shims = field(repr=False, compare=False)
 
+    @property
+    def compilations(self) -> int | None:
+        """Graphs compiled at ``ad.step()`` since selection on lazy devices; None on eager ones."""
+        counter = getattr(self.shims.placement, "compilations", None)
+        return None if counter is None else counter()  # type: ignore[no-any-return]
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly description (everything but the shims)."""
         s = self.shims
@@ -54,6 +60,7 @@ class Backend:
             "compile_backend": s.compilation.backend,
             "dist_backend": s.collectives.backend,
             "launcher": s.collectives.launcher,
+            "compilations": self.compilations,
         }
 
 

@@ -111,6 +111,8 @@ class DeviceSpec:
     """The Ray resource one worker asks for, or a function deciding it at launch; None: CPU only."""
     environment: tuple[str, ...] = ()
     """Variables that steer the device; the plugin's ``anydevice_doctor_checks`` hook judges them."""
+    processes_per_core: int | None = None
+    """``anydevice run -n`` bound for host-like devices (cpu): this many per CPU core. None: one per device."""
 
 
 # -- validation of third-party declarations -------------------------------------------------------

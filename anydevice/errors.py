@@ -11,6 +11,7 @@ The hierarchy::
     │   └── NoDeviceAvailableError      no entry of a list (or ``auto``) is usable
     ├── PluginError                     a plugin failed to import, register or load
     ├── UnsupportedFeatureError         the selected device does not support a requested feature
+    │   └── UnsupportedDeviceFunctionError  a ``torch.cuda``-shaped function the device has no answer for
     ├── DistributedError                a launch environment is missing or half set
     └── CheckpointError                 a checkpoint cannot be read (empty, corrupt, refused) or written
 
@@ -120,6 +121,20 @@ class PluginError(AnyDeviceError):
 
 class UnsupportedFeatureError(AnyDeviceError):
     """The selected device does not support a requested feature (e.g. FSDP on XLA CPU)."""
+
+
+class UnsupportedDeviceFunctionError(UnsupportedFeatureError, AttributeError):
+    """``ad.device_module().<function>`` has no equivalent on the selected device; never a made-up value.
+
+    Also an ``AttributeError``, so ``hasattr(module, "Stream")`` is False where the device has no streams.
+    """
+
+    def __init__(self, function: str, device: str, reason: str, hint: str | None = None) -> None:
+        shown = function if "." in function else f"{function}()"  # a property (props.major) shows as it is
+        super().__init__(f"{shown} is not available on {device}: {reason}.", hint)
+        self.function = function
+        self.device = device
+        self.reason = reason
 
 
 class DistributedError(AnyDeviceError):

@@ -1,6 +1,7 @@
 """``anydevice run``: launch N processes of a script the selected device's way.
 
-    anydevice run [-n N] [--nnodes M --node-rank R --rdzv-endpoint HOST:PORT] [--max-restarts K] script.py [args...]
+    anydevice run [-n N] [--nnodes M --node-rank R --rdzv-endpoint HOST:PORT] [--max-restarts K] [--cuda-compat]
+                  script.py [args...]
 
 The parent resolves ``ANYDEVICE`` by cheap detection (no unselected vendor package is imported:
 torch's backend autoload is turned off for the children where the selection does not need it),
@@ -19,26 +20,38 @@ stops the others at once, the run exits non-zero and shows that rank's traceback
 Every child gets ``ANYDEVICE`` set to the device the parent resolved, plus the shim's
 ``launch_env(local_rank, local_world_size)`` (e.g. ``NEURON_RT_VISIBLE_CORES``) set before
 its interpreter imports anything.
+
+Lifetime (:mod:`anydevice.lifeline`): every rank dies with the launcher, also when it is killed with
+SIGKILL; Ctrl-C (SIGINT) stops every rank and the run ends with one line on stderr and status 130.
+``-n`` is checked against what the device takes (:func:`check_nproc`) before anything is planned.
+``--cuda-compat`` runs CUDA-written scripts unmodified (:mod:`anydevice.cuda_compat` in every rank).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import runpy
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from anydevice import autoload, settings
+from anydevice import autoload, lifeline, settings
 from anydevice.errors import DistributedError
 
+if TYPE_CHECKING:
+    from anydevice.device_spec import Detection, DeviceSpec
+
 _RANK_FLAG = "--as-rank"
+PROCESSES_PER_CORE = 4
+"""``-n`` bound where the device's count does not bound it (the host, a device of unknown count)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,7 @@ def _rendezvous(spec: LaunchSpec) -> tuple[str, str, dict[str, Any], str | None]
 
 
 def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Sequence[Any], start_method: str) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -94,11 +108,15 @@ def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Seque
         start_method=start_method,
         local_addr=local_addr,
     )
-    with _environment(spec.env):
+    with _environment(spec.env), _quiet_signal_relay():
         try:
             elastic_launch(config, entrypoint)(*args)
+        except SignalException as exc:
+            return _interrupted(signal.Signals(exc.sigval))
         except ChildFailedError as exc:
             rank, failure = exc.get_first_failure()
+            if all(f.exitcode in (lifeline.INTERRUPTED, -signal.SIGINT) for f in exc.failures.values()):
+                return _interrupted(signal.SIGINT)  # Ctrl-C reached the ranks before the launcher
             sys.stderr.write(str(exc.format_msg()) + "\n")  # type: ignore[no-untyped-call]
             sys.stderr.write(f"anydevice run: rank {rank} failed (exit code {failure.exitcode}); the run was stopped.\n")
             return failure.exitcode if failure.exitcode > 0 else 1
@@ -108,6 +126,34 @@ def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Seque
                 "Check --rdzv-endpoint, --nnodes and that every node runs the same command.",
             ) from exc
     return 0
+
+
+# torch elastic's loggers that announce relaying a signal to the ranks (the launcher says it in one line)
+_RELAY_LOGGERS = ("torch.distributed.elastic.agent.server.api", "torch.distributed.elastic.multiprocessing.api")
+
+
+class _DropSignalRelay(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.WARNING or "signal" not in record.getMessage()
+
+
+@contextmanager
+def _quiet_signal_relay() -> Iterator[None]:
+    quiet = _DropSignalRelay()
+    loggers = [logging.getLogger(name) for name in _RELAY_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
+
+
+def _interrupted(sig: signal.Signals) -> int:
+    """The one line a stopped run ends with; the shell's status for that signal (130 for SIGINT)."""
+    sys.stderr.write(f"anydevice run: interrupted by {sig.name}; every rank was stopped.\n")
+    return 128 + int(sig)
 
 
 def torchrun(spec: LaunchSpec) -> int:
@@ -161,25 +207,31 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
 
 def run_script(script: str, script_args: list[str], rank_env: Mapping[int, Mapping[str, str]]) -> None:
     """Run ``script`` as ``__main__`` in this rank, after applying its local rank's environment."""
+    lifeline.die_with_parent()
     local = int(settings.LOCAL_RANK.get() or 0)
     os.environ.update(rank_env.get(local, {}))
     path = Path(script)
     sys.argv = [script, *script_args]
     sys.path[0] = str(path.resolve().parent)  # as `python script.py` would
-    runpy.run_path(str(path), run_name="__main__")
+    with lifeline.quiet_interrupt():
+        if settings.ANYDEVICE_CUDA_COMPAT.flag():
+            import anydevice.cuda_compat  # noqa: F401 - redirects CUDA calls before the script runs
+        runpy.run_path(str(path), run_name="__main__")
 
 
 def _rank_main(argv: list[str]) -> int:
     """Child side of :func:`torchrun`: apply the rank's environment, then run the script under ``@record``."""
+    lifeline.die_with_parent()  # first: before torch is imported
     rank_env = {int(k): v for k, v in json.loads(argv[0]).items()}
     rest = argv[1:]
     if rest and rest[0] == "--":
         rest = rest[1:]
     local = int(settings.LOCAL_RANK.get() or 0)
     os.environ.update(rank_env.get(local, {}))  # before torch (and any vendor) is imported
-    from torch.distributed.elastic.multiprocessing.errors import record
+    with lifeline.quiet_interrupt():
+        from torch.distributed.elastic.multiprocessing.errors import record
 
-    record(run_script)(rest[0], rest[1:], {})
+        record(run_script)(rest[0], rest[1:], {})
     return 0
 
 
@@ -194,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="rendezvous address every node can reach")
     p.add_argument("--max-restarts", type=int, default=0, help="restart the whole group up to K times after a failure")
     p.add_argument("--run-id", default=None, help="rendezvous id, the same on every node (default: random)")
+    p.add_argument(
+        "--cuda-compat",
+        action="store_true",
+        help="run a CUDA-written script unmodified: .cuda(), 'cuda' devices, torch.cuda.*, 'nccl' go to the selected device",
+    )
     p.add_argument("script", help="the Python script to run")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     return p
@@ -211,9 +268,14 @@ def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
             raise DistributedError(f"{name} must be at least {low}, got {value}.")
     if not Path(args.script).is_file():
         raise DistributedError(f"No script at {args.script}.", "Pass the path of a Python file: anydevice run -n 2 train.py.")
-    choice = resolve(requested(), get_registry())  # cheap detection: imports no vendor package
+    registry = get_registry()
+    choice = resolve(requested(), registry)  # cheap detection: imports no vendor package
+    if args.nproc_per_node is not None:
+        check_nproc(args.nproc_per_node, choice.name, registry.get(choice.name).spec, choice.detection)
     device = choice.name if choice.index is None else f"{choice.name}:{choice.index}"
-    child_env = {**os.environ, settings.ANYDEVICE.name: device}
+    child_env = {**os.environ, settings.ANYDEVICE.name: device, **lifeline.parent_env()}
+    if args.cuda_compat:
+        child_env[settings.ANYDEVICE_CUDA_COMPAT.name] = "1"
     autoload.apply(child_env, selection=device)
     nproc = args.nproc_per_node or max(choice.detection.count or 1, 1)
     if nproc > 1 and settings.OMP_NUM_THREADS.get() is None:
@@ -237,6 +299,27 @@ def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
     return spec, collectives
 
 
+def check_nproc(nproc: int, device: str, spec: DeviceSpec, detection: Detection) -> None:
+    """Refuse ``-n`` above what the device takes on one node, before any planning work.
+
+    A device that declares ``processes_per_core`` (cpu) takes that many per CPU core; one of known
+    count takes one process per device; one of unknown count is bounded like the host
+    (:data:`PROCESSES_PER_CORE` per core).
+    """
+    cores = os.cpu_count() or 1
+    per_core = spec.processes_per_core
+    if per_core is None and detection.count:
+        limit, why = detection.count, f"{detection.count} {device} device(s) visible here, one process each"
+    else:
+        per_core = per_core or PROCESSES_PER_CORE
+        limit, why = per_core * cores, f"{per_core} processes per CPU core, {cores} core(s) here"
+    if nproc > limit:
+        raise DistributedError(
+            f"-n {nproc} is more than {device} can take on this machine: at most {limit} ({why}).",
+            f"Pass -n {limit} or fewer, or spread the job over machines with --nnodes.",
+        )
+
+
 def registered_launcher(name: str) -> Launcher:
     """The launcher registered under ``name`` (what a Collectives shim's ``launcher`` names)."""
     if name not in LAUNCHERS:
@@ -253,9 +336,12 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == _RANK_FLAG:
         return _rank_main(argv[1:])
     args = build_parser().parse_args(argv)
-    spec, collectives = plan(args)
-    result: int = collectives.launch(spec)
-    return result
+    try:
+        spec, collectives = plan(args)
+        result: int = collectives.launch(spec)
+        return result
+    except KeyboardInterrupt:
+        return _interrupted(signal.SIGINT)
 
 
 if __name__ == "__main__":

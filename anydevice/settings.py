@@ -69,6 +69,15 @@ ANYDEVICE_KEEP_AUTOLOAD: Final = Setting(
     "Set to 1 to let `anydevice run` and the CLI keep torch's backend autoload (which imports "
     "torch_tpu, TorchNeuron) even when the selected device does not need it.",
 )
+ANYDEVICE_CUDA_COMPAT: Final = Setting(
+    "ANYDEVICE_CUDA_COMPAT",
+    'Set to 1 to make `import anydevice.cuda_compat` redirect CUDA calls (`.cuda()`, `device="cuda"`, '
+    '`torch.cuda.*`, `torch.autocast("cuda")`, `"nccl"`) to the selected device; `anydevice run --cuda-compat` sets it.',
+)
+ANYDEVICE_LAUNCH_PARENT: Final = Setting(
+    "ANYDEVICE_LAUNCH_PARENT",
+    "Set by `anydevice run` in its ranks: the launcher's pid. A rank ends when that process ends (also on kill -9).",
+)
 LOCAL_RANK: Final = Setting(
     "LOCAL_RANK", "Set by launchers (torchrun): the rank on this node; picks the device index.", owner="torchrun"
 )

@@ -53,5 +53,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             priority=0,
             description="host CPU (always available)",
             pjrt_names=("CPU",),
+            processes_per_core=4,  # anydevice run -n: oversubscribing a core 4x still tests DDP; more only thrashes
         )
     )

@@ -78,6 +78,15 @@ class Placement(Protocol):
         Empty where the runtime counts none (eager devices report fallbacks as warnings instead).
         """
 
+    def device_module(self) -> Any:
+        """A ``torch.cuda``-shaped module for this device (``ad.device_module()``); ``torch.<device>`` where complete."""
+
+    def generator(self, seed: int) -> torch.Generator:
+        """A seeded ``torch.Generator`` usable with this device's tensors (``ad.generator()``)."""
+
+    def compilations(self) -> int | None:
+        """Graphs compiled at ``step()`` since selection (lazy devices); None where nothing compiles per step."""
+
 
 @runtime_checkable
 class Compilation(Protocol):

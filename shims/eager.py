@@ -80,6 +80,7 @@ class EagerPlacement:
     def __init__(self, vendor: EagerVendor) -> None:
         self.vendor = vendor
         self.device_type = vendor.device_type
+        self._device_module: Any = None
 
     def _module(self) -> ModuleType | None:
         module = getattr(torch, self.device_type, None)
@@ -149,6 +150,22 @@ class EagerPlacement:
     def fallback_ops(self) -> dict[str, int]:
         """Eager runtimes keep no fallback counters (a CPU fallback shows as a warning the matrix reads)."""
         return {}
+
+    def compilations(self) -> int | None:
+        """None: an eager device compiles no graph per step."""
+        return None
+
+    def device_module(self) -> Any:
+        """``ad.device_module()``: ``torch.<device>`` or a DeviceModule (``shims.device_modules``)."""
+        if self._device_module is None:
+            from anydevice.shims.device_modules import eager_device_module
+
+            self._device_module = eager_device_module(self)
+        return self._device_module
+
+    def generator(self, seed: int) -> torch.Generator:
+        """A ``torch.Generator`` on this device, seeded."""
+        return torch.Generator(device=self.device()).manual_seed(int(seed))
 
 
 class EagerCompilation:

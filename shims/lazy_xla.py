@@ -36,6 +36,7 @@ from anydevice import settings
 from anydevice.errors import DeviceUnavailableError, UnsupportedFeatureError, VersionMismatchError
 from anydevice.shims import compile_options
 from anydevice.shims.contracts import MemoryStats, Shims
+from anydevice.shims.recompiles import RecompileWatch
 
 if TYPE_CHECKING:
     import torch
@@ -168,6 +169,8 @@ class XlaPlacement:
 
     def __init__(self, vendor: XlaVendor) -> None:
         self.vendor = vendor
+        self.recompiles = RecompileWatch(vendor.name)
+        self._device_module: Any = None
 
     def device(self, index: int | None = None) -> torch.device:
         import torch_xla
@@ -201,6 +204,7 @@ class XlaPlacement:
         sync_step()  # torch_xla.sync(), inside an xp.StepTrace while ad.profile() records
         # Tell MpDeviceLoader the step was marked, so its next batch does not sync a second time.
         xp.set_tracer_marked_step(True)
+        self.recompiles.after_step()  # one host counter read: warns once when steps keep compiling
 
     def manual_seed(self, seed: int) -> None:
         import torch
@@ -260,6 +264,28 @@ class XlaPlacement:
         import torch_xla.debug.metrics as met
 
         return {name: int(met.counter_value(name) or 0) for name in met.counter_names() if name.startswith("aten::")}
+
+    def compilations(self) -> int:
+        """Graphs compiled since the device was selected (counted at each ``ad.step()``)."""
+        return self.recompiles.compilations
+
+    def device_module(self) -> Any:
+        """``ad.device_module()``: a DeviceModule on this placement (``shims.device_modules``)."""
+        if self._device_module is None:
+            from anydevice.shims.device_modules import xla_device_module
+
+            self._device_module = xla_device_module(self)
+        return self._device_module
+
+    def generator(self, seed: int) -> torch.Generator:
+        """A seeded CPU generator: torch_xla has none on the device (``torch.Generator("xla:0")`` raises).
+
+        Draw with it on the CPU and move the result (``torch.randn(shape, generator=g).to(ad.device())``);
+        diffusers' ``randn_tensor`` does exactly that when handed a CPU generator.
+        """
+        import torch
+
+        return torch.Generator().manual_seed(int(seed))
 
 
 class XlaCompilation:

@@ -1,0 +1,130 @@
+"""On ``xla`` (PJRT CPU): cuda-compat, ``ad.device_module()``, ``ad.generator()`` and the recompile warning.
+
+Real torch_xla in subprocesses, as a user runs them. The CUDA-only tutorial runs unmodified under
+``anydevice run --cuda-compat`` and its losses equal the script edited by hand for torch_xla. The
+word-LM pattern (the whole dataset on the device, sliced at a moving offset each step) triggers the
+recompile warning; the same model fed fixed-shape batches, and the main job, do not.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.utils import REPO, TRAIN, child_env
+
+pytestmark = pytest.mark.xla
+pytest.importorskip("torch_xla")
+
+SCRIPTS = REPO / "tests" / "cuda_compat" / "scripts"
+WORD_LM = """
+import torch
+import anydevice as ad
+
+ad.manual_seed(0)
+ON_DEVICE = {on_device}
+data = torch.randint(0, 50, (2000,))
+if ON_DEVICE:
+    data = data.to(ad.device())  # the whole dataset on the device, as word_language_model's batchify does
+model = ad.to(torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50)))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+bptt = 20
+for i in range(0, 40 * bptt, bptt):  # a moving offset each step
+    x, y = data[i : i + bptt], data[i + 1 : i + 1 + bptt]
+    if not ON_DEVICE:
+        x, y = ad.to((x, y))  # sliced on the CPU: the same shapes every step
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    ad.step()
+print("compilations", ad.backend().compilations)
+"""
+
+
+def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    full = child_env({"PJRT_DEVICE": "CPU", **env})
+    return subprocess.run([sys.executable, *args], env=full, capture_output=True, text=True, timeout=400, cwd=REPO)
+
+
+def last_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr[-3000:]
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return row
+
+
+def test_cuda_tutorial_runs_unmodified_on_xla() -> None:
+    compat = run(["-m", "anydevice", "run", "--cuda-compat", str(SCRIPTS / "tutorial.py")], ANYDEVICE="xla")
+    by_hand = run([str(SCRIPTS / "tutorial_xla.py")])
+    got, want = last_json(compat), last_json(by_hand)
+    assert got["device"] == "xla:0" and got["losses"] == want["losses"]
+    assert "anydevice: cuda-compat: CUDA calls run on xla (xla:0)" in compat.stderr
+    assert "torch.cuda.max_memory_allocated(): the PJRT CPU runtime reports no memory statistics" in compat.stderr
+
+
+def test_device_module_and_generator_on_xla() -> None:
+    code = """
+import torch, anydevice as ad
+from diffusers.utils.torch_utils import randn_tensor
+dm = ad.device_module()
+assert dm.is_available() and dm.device_count() == 1 and dm.current_device() == 0
+assert dm.get_device_name() == "PJRT CPU"
+dm.set_device(0); dm.manual_seed(3); dm.empty_cache()
+x = torch.ones(4, device=ad.device()) * 2
+dm.synchronize()  # launches the pending graph, then waits
+for name in ("memory_allocated", "max_memory_allocated", "reset_peak_memory_stats"):
+    try:
+        getattr(dm, name)()
+    except ad.errors.UnsupportedDeviceFunctionError as exc:
+        assert exc.function == name and exc.device == "xla", exc
+    else:
+        raise AssertionError(name + " answered on PJRT CPU")
+assert not hasattr(dm, "Stream")
+try:
+    torch.Generator(device=ad.device())
+except RuntimeError:
+    pass  # what ad.generator exists for
+g = ad.generator(5)
+assert g.device.type == "cpu"
+a = randn_tensor((2, 3), generator=ad.generator(5), device=ad.device())
+b = torch.randn((2, 3), generator=torch.Generator().manual_seed(5))
+assert a.device == ad.device() and torch.equal(a.cpu(), b)
+print("ok")
+"""
+    done = run(["-c", code], ANYDEVICE="xla")
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def compilations(done: subprocess.CompletedProcess[str]) -> int:
+    assert done.returncode == 0, done.stderr[-3000:]
+    return int(done.stdout.split("compilations")[-1])
+
+
+def test_word_lm_pattern_triggers_the_recompile_warning_once(tmp_path: Path) -> None:
+    script = tmp_path / "word_lm.py"
+    script.write_text(WORD_LM.format(on_device=True))
+    done = run([str(script)], ANYDEVICE="xla")
+    assert compilations(done) >= 30  # a new graph nearly every step
+    warnings = [line for line in done.stderr.splitlines() if "RecompileWarning" in line]
+    assert len(warnings) == 1, done.stderr[-3000:]
+    assert "moving offset" in warnings[0] and "PT_XLA_DEBUG_LEVEL=2" in warnings[0] and "metrics_report()" in warnings[0]
+
+
+def test_fixed_shapes_do_not_warn(tmp_path: Path) -> None:
+    script = tmp_path / "word_lm_fixed.py"
+    script.write_text(WORD_LM.format(on_device=False))
+    done = run([str(script)], ANYDEVICE="xla")
+    assert compilations(done) <= 5
+    assert "RecompileWarning" not in done.stderr
+
+
+def test_main_job_does_not_warn() -> None:
+    done = run([str(TRAIN), "--steps", "30"], ANYDEVICE="xla")
+    row = last_json(done)
+    assert row["steps"] == 30
+    assert "RecompileWarning" not in done.stderr and "compiled a new" not in done.stderr
