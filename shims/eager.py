@@ -28,6 +28,9 @@ from anydevice.shims.torch_profiler import torch_profiler_trace
 
 T = TypeVar("T")
 
+EAGER_FRAMEWORK_ENV: Mapping[str, str] = {"USE_TORCH_XLA": "0", "ACCELERATE_USE_CPU": "0"}
+"""Accelerate/Transformers on an eager device: native torch even where torch_xla is installed."""
+
 
 @dataclass(frozen=True)
 class EagerVendor:
@@ -56,6 +59,8 @@ class EagerVendor:
     """How to open the vendor's trace files, when not Perfetto (e.g. TensorBoard / XProf)."""
     device_module_first: bool = False
     """Use ``torch.<device_type>`` (count, set_device, synchronize) even where ``torch.accelerator`` matches."""
+    framework_env: Mapping[str, str] = field(default_factory=lambda: dict(EAGER_FRAMEWORK_ENV))
+    """What Accelerate/Transformers must read at import to pick this device (see ``Shims.framework_env``)."""
 
 
 def _accelerator_matches(device_type: str, vendor: EagerVendor | None = None) -> bool:
@@ -233,4 +238,5 @@ def eager_shims(vendor: EagerVendor) -> Shims:
         collectives=EagerCollectives(vendor, placement),
         profiling=EagerProfiling(vendor),
         versions={"torch": torch.__version__, **vendor.versions()},
+        framework_env=dict(vendor.framework_env),
     )
