@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from anydevice.compat_matrix.context import ProbeContext
 
-SHIMS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops")
-"""The groups probes belong to: the four shims, dtypes and common ops (plus the gate)."""
+SHIMS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops", "workloads")
+"""The groups probes belong to: the four shims, dtypes, common ops and real workloads (plus the gate)."""
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,99}$")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -71,7 +72,7 @@ def test_trainer_under_anydevice_run_is_one_world_2_job():
     """The unported Trainer script (no anydevice line at all): `anydevice run -n 2` makes one group of 2."""
     result = anydevice_run("-n", "2", PORTS / "original" / "trainer_llama.py", "2", timeout=600, HF_HUB_OFFLINE="1")
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = result.by_rank()
+    rows = {row["rank"]: row for row in map(json.loads, filter(lambda line: line.startswith('{"'), result.stdout.splitlines()))}
     assert sorted(rows) == [0, 1], result.stdout
     for row in rows.values():
         assert (row["world_size"], row["group_size"], row["device"]) == (2, 2, "cpu")

@@ -1,6 +1,6 @@
-"""Hugging Face Trainer on a tiny random-init Llama, ported to anydevice: one import, first."""
+"""Hugging Face Trainer on a tiny random-init Llama."""
 
-import anydevice.integrations.transformers  # noqa: F401, I001  (first: sets what transformers reads)
+import anydevice.integrations.transformers  # noqa: F401  (first: sets what transformers reads)
 
 import json
 import sys

@@ -1,4 +1,4 @@
-"""Hugging Face Trainer on a tiny random-init Llama (the script as a Transformers user writes it)."""
+"""Hugging Face Trainer on a tiny random-init Llama."""
 
 import json
 import sys
