@@ -184,3 +184,22 @@ def record(name: str) -> Iterator[None]:
     """Annotate a region so it shows by ``name`` in the device's trace (every vendor's profiler)."""
     with current().shims.profiling.record(name):
         yield
+
+
+def device_map() -> dict[str, str]:
+    """What ``from_pretrained(device_map=...)`` needs for this process: ``{"": "<this process's device>"}``.
+
+    ``device_map="auto"`` asks Accelerate, which does not know every device (under torch_xla it
+    places the model on the CPU); this names :func:`device`, local-rank aware.
+    """
+    return {"": str(device())}
+
+
+def fallback_ops() -> dict[str, int]:
+    """Ops that ran on the CPU instead of the device so far in this process: ``{"aten::name": count}``.
+
+    Empty where the device falls back on nothing it can count (eager devices run every op natively
+    or raise). On torch_xla these are its ``aten::`` metric counters (e.g. ``upsample_nearest2d_backward``).
+    """
+    counter = getattr(current().shims.placement, "fallback_ops", None)
+    return dict(counter()) if callable(counter) else {}

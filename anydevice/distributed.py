@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from anydevice import settings
@@ -236,10 +237,21 @@ def reduce_scatter(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     return out
 
 
-def wrap(model: Any, strategy: str = "ddp", **options: Any) -> Any:
-    """Wrap ``model`` for data parallelism: ``"ddp"`` or ``"fsdp"`` (FSDP2 ``fully_shard`` where supported)."""
+def wrap(model: Any, strategy: str = "ddp", *, units: Iterable[type | str] | None = None, **options: Any) -> Any:
+    """Wrap ``model`` for data parallelism: ``"ddp"`` or ``"fsdp"`` (FSDP2 ``fully_shard`` where supported).
+
+    FSDP shards per transformer block: the classes named in ``units=``, else a Hugging Face model's
+    ``_no_split_modules``, else the repeated children of a ``ModuleList``; tied parameters stay in
+    one unit and the rest in the root. The choice is logged once on stderr.
+    """
     if strategy not in ("ddp", "fsdp"):
         raise DistributedError(f"Unknown wrapping strategy '{strategy}'.", "Use 'ddp' or 'fsdp'.")
+    if units is not None:
+        if strategy != "fsdp":
+            raise DistributedError(
+                "units= chooses FSDP units; DDP keeps the whole model on every rank.", "Drop units= or use 'fsdp'."
+            )
+        options["units"] = list(units)
     init()
     return current().shims.collectives.wrap(model, strategy, **options)
 

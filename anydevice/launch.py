@@ -182,6 +182,26 @@ def single_process(spec: LaunchSpec) -> int:
     return torchrun(spec)
 
 
+# --- Integrations hook (anydevice.integrations): libraries that pick a device on their own. -------------
+# Hugging Face Transformers/Accelerate read their device choice from the environment at import: the parent
+# adds what the selected device's shims declare (Shims.framework_env) to every child's environment, and each
+# rank installs an import hook (it imports nothing) that fixes Trainer's optimizer where the device rejects it.
+
+
+def _integrations_env(backend: Any) -> dict[str, str]:
+    from anydevice.integrations import _hf
+
+    return _hf.launch_env(backend)
+
+
+def _integrations_hook() -> None:
+    from anydevice.integrations import _hf
+
+    _hf.install_import_hook()
+
+
+# --- end of the integrations hook ------------------------------------------------------------------------
+
 LAUNCHERS: dict[str, Launcher] = {"torchrun": torchrun, "spawn": spawn, "single-process": single_process}
 
 
@@ -210,6 +230,7 @@ def run_script(script: str, script_args: list[str], rank_env: Mapping[int, Mappi
     lifeline.die_with_parent()
     local = int(settings.LOCAL_RANK.get() or 0)
     os.environ.update(rank_env.get(local, {}))
+    _integrations_hook()
     path = Path(script)
     sys.argv = [script, *script_args]
     sys.path[0] = str(path.resolve().parent)  # as `python script.py` would
@@ -282,7 +303,9 @@ def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
         child_env[settings.OMP_NUM_THREADS.name] = "1"  # as torchrun does: N ranks must not each use every core
     env = {k: v for k, v in child_env.items() if os.environ.get(k) != v}
     with _environment(env):  # the parent loads what the children will (no unselected autoload)
-        collectives = select(device).shims.collectives
+        backend = select(device)
+    collectives = backend.shims.collectives
+    env.update(_integrations_env(backend))
     rank_env = {i: dict(collectives.launch_env(i, nproc)) for i in range(nproc)}
     spec = LaunchSpec(
         script=args.script,

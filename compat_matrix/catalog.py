@@ -21,6 +21,7 @@ def builtin_probes() -> list[Probe]:
         probes_ops,
         probes_placement,
         probes_profiling,
+        probes_workloads,
     )
 
     return [
@@ -31,6 +32,7 @@ def builtin_probes() -> list[Probe]:
         *probes_profiling.PROBES,
         *probes_compilation.PROBES,
         *probes_collectives.PROBES,
+        *probes_workloads.PROBES,
     ]
 
 

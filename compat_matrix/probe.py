@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from anydevice.compat_matrix.context import ProbeContext
 
-GROUPS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops")
-"""The groups probes belong to: the four shims, dtypes and common ops (plus the gate)."""
+GROUPS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops", "workloads")
+"""The groups probes belong to: the four shims, dtypes, common ops and real workloads (plus the gate)."""
 SHIMS: Final = GROUPS
 """The same groups under the name results use (a result's ``shim`` field holds the probe's group)."""
 

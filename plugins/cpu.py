@@ -28,7 +28,7 @@ def detect() -> Detection:
 
 
 def load() -> Shims:
-    from anydevice.shims.eager import EagerVendor, eager_shims
+    from anydevice.shims.eager import EAGER_FRAMEWORK_ENV, EagerVendor, eager_shims
 
     return eager_shims(
         EagerVendor(
@@ -39,6 +39,8 @@ def load() -> Shims:
             chip=chip,
             peak_tflops={},  # no trustworthy per-model CPU peak: MFU stays unknown
             no_memory_stats_reason="torch's CPU allocator keeps no statistics",
+            # Accelerate/Trainer: the CPU, and a gloo group under a launcher (else each rank runs alone).
+            framework_env={**EAGER_FRAMEWORK_ENV, "ACCELERATE_USE_CPU": "1"},
         )
     )
 

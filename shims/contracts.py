@@ -177,3 +177,8 @@ class Shims:
     collectives: Collectives
     profiling: Profiling
     versions: dict[str, str] = field(default_factory=dict)
+    framework_env: dict[str, str] = field(default_factory=dict)
+    """Variables that libraries which pick a device on their own (Hugging Face Accelerate, Transformers)
+    read at import, with the values that make them pick this device. ``anydevice run`` and
+    ``anydevice.integrations.transformers`` set them before those libraries are imported."""
+

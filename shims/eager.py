@@ -30,6 +30,9 @@ from anydevice.shims.torch_profiler import torch_profiler_trace
 
 T = TypeVar("T")
 
+EAGER_FRAMEWORK_ENV: Mapping[str, str] = {"USE_TORCH_XLA": "0", "ACCELERATE_USE_CPU": "0"}
+"""Accelerate/Transformers on an eager device: native torch even where torch_xla is installed."""
+
 
 @dataclass(frozen=True)
 class EagerVendor:
@@ -62,6 +65,8 @@ class EagerVendor:
     """Use ``torch.<device_type>`` (count, set_device, synchronize) even where ``torch.accelerator`` matches."""
     host: bool = False
     """The device is the host itself: ``device()`` has no index, copies to it are synchronous."""
+    framework_env: Mapping[str, str] = field(default_factory=lambda: dict(EAGER_FRAMEWORK_ENV))
+    """What Accelerate/Transformers must read at import to pick this device (see ``Shims.framework_env``)."""
 
 
 def _accelerator_matches(device_type: str, vendor: EagerVendor | None = None) -> bool:
@@ -259,4 +264,5 @@ def eager_shims(vendor: EagerVendor) -> Shims:
         collectives=EagerCollectives(vendor, placement),
         profiling=EagerProfiling(vendor),
         versions={"torch": torch.__version__, **vendor.versions()},
+        framework_env=dict(vendor.framework_env),
     )

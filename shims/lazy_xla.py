@@ -206,6 +206,12 @@ class XlaPlacement:
         xp.set_tracer_marked_step(True)
         self.recompiles.after_step()  # one host counter read: warns once when steps keep compiling
 
+    def fallback_ops(self) -> dict[str, int]:
+        """Ops torch_xla ran on the CPU (no XLA lowering), with call counts: its ``aten::`` metric counters."""
+        import torch_xla.debug.metrics as met
+
+        return {name: int(met.counter_value(name) or 0) for name in met.counter_names() if name.startswith("aten::")}
+
     def manual_seed(self, seed: int) -> None:
         import torch
         import torch_xla
@@ -403,4 +409,6 @@ def xla_shims(vendor: XlaVendor) -> Shims:
         collectives=XlaCollectives(vendor),
         profiling=XlaProfiling(vendor),
         versions={"torch": torch.__version__, "torch_xla": str(torch_xla.__version__), **vendor.versions()},
+        # Accelerate/Transformers: torch_xla mode on this PJRT runtime.
+        framework_env={"USE_TORCH_XLA": "1", "ACCELERATE_USE_CPU": "0", settings.PJRT_DEVICE.name: runtime},
     )

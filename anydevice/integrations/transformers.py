@@ -1,0 +1,48 @@
+"""Hugging Face Transformers, Trainer and Accelerate follow ``ANYDEVICE``.
+
+Under ``anydevice run`` nothing is needed in the script. Started another way (``python
+train.py``, a notebook), import this module before transformers, accelerate or diffusers::
+
+    import anydevice.integrations.transformers  # noqa: F401  (first: sets what they read at import)
+    from transformers import Trainer, TrainingArguments
+
+What it does:
+
+* sets the variables Accelerate and Transformers read at import, from the selected device's
+  ``Shims.framework_env`` (``USE_TORCH_XLA``, ``ACCELERATE_USE_CPU``, ``PJRT_DEVICE``): Trainer then
+  trains on the selected device, and under ``anydevice run -n N`` Accelerate forms one group of
+  N (on cpu it needs ``ACCELERATE_USE_CPU`` for that, or each rank trains alone);
+* replaces Trainer's ``optim="adamw_torch_fused"`` (the default on torch >= 2.8) by ``"adamw_torch"``
+  on a device without fused optimizer kernels (torch_xla), saying so once on stderr;
+* :func:`device_map` gives ``from_pretrained(device_map=...)`` this process's device.
+"""
+
+from __future__ import annotations
+
+from anydevice.integrations._hf import (
+    FUSED,
+    UNFUSED,
+    WATCHED,
+    apply_environment,
+    device_map,
+    environment,
+    fix_optimizer,
+    fused_optimizer_supported,
+    install,
+    install_import_hook,
+)
+
+__all__ = [
+    "FUSED",
+    "UNFUSED",
+    "WATCHED",
+    "apply_environment",
+    "device_map",
+    "environment",
+    "fix_optimizer",
+    "fused_optimizer_supported",
+    "install",
+    "install_import_hook",
+]
+
+install()

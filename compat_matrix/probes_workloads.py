@@ -1,0 +1,181 @@
+"""Probes for real workloads: a tiny Hugging Face Llama in a plain loop and under Trainer, and a CUDA-written
+script under ``anydevice run --cuda-compat``.
+
+Random-init configs, no downloads. The loop runs in the probe's process and compares its losses with the
+same loop on the CPU; Trainer and the CUDA script run as a user would start them (``anydevice run`` in a
+subprocess with the worker's ``ANYDEVICE``), so their cells say whether that path works on the device.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import torch
+
+from anydevice.compat_matrix.context import ProbeContext
+from anydevice.compat_matrix.probe import Probe, Skip
+from anydevice.compat_matrix.schema import Stage
+
+SUBPROCESS_TIMEOUT_S = 600
+_LLAMA: dict[str, Any] = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
+
+TRAINER_SCRIPT = """
+import json, tempfile
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self):
+        self.data = torch.randint(0, 64, (16, 16), generator=torch.Generator().manual_seed(0))
+    def __len__(self):
+        return len(self.data)
+    def __getitem__(self, i):
+        return {"input_ids": self.data[i], "labels": self.data[i]}
+
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(**CONFIG))
+with tempfile.TemporaryDirectory() as out:
+    args = TrainingArguments(output_dir=out, max_steps=2, per_device_train_batch_size=4, logging_steps=1,
+                             save_strategy="no", report_to=[], disable_tqdm=True, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=Tokens())
+    trainer.train()
+losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+print("RESULT " + json.dumps({"device": str(next(model.parameters()).device), "losses": losses}))
+"""
+
+CUDA_SCRIPT = """
+import json
+import torch
+assert torch.cuda.is_available()
+torch.cuda.set_device(0)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+x, y = torch.randn(32, 8).cuda(), torch.randn(32, 1, device="cuda")
+for _ in range(3):
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+torch.cuda.synchronize()
+print("RESULT " + json.dumps({"device": str(next(model.parameters()).device), "loss": loss.item(),
+                              "peak": torch.cuda.max_memory_allocated()}))
+"""
+
+
+def _need(*modules: str) -> None:
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise Skip(f"{', '.join(missing)} is not installed here (pip install {' '.join(missing)})")
+
+
+def _selection(ctx: ProbeContext) -> str:
+    backend = ctx.api("backend")()
+    return str(backend.name if backend.index is None else f"{backend.name}:{backend.index}")
+
+
+def _run(ctx: ProbeContext, source: str, *flags: str) -> dict[str, Any]:
+    """``anydevice run [flags] script`` on the worker's device; the script's ``RESULT {json}`` line."""
+    script = ctx.tmp / "workload.py"
+    script.write_text(source)
+    env = {**os.environ, "ANYDEVICE": _selection(ctx), "HF_HUB_OFFLINE": "1", "ANYDEVICE_QUIET": "1"}
+    for launcher_var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(launcher_var, None)
+    with ctx.stage(Stage.EXECUTE):
+        proc = subprocess.run(
+            [sys.executable, "-m", "anydevice", "run", *flags, str(script)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=SUBPROCESS_TIMEOUT_S,
+            cwd=ctx.tmp,
+        )
+        lines = [line[len("RESULT ") :] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise RuntimeError(f"`anydevice run {' '.join(flags)} script.py` exited {proc.returncode}: {tail}")
+    print(proc.stderr[-2000:])
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+def _llama_losses(device: torch.device, step: Any, steps: int = 3) -> list[torch.Tensor]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model: Any = LlamaForCausalLM(LlamaConfig(**_LLAMA))
+    model = model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    batch = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(0)).to(device)
+    losses = []
+    for _ in range(steps):
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        step()
+        losses.append(loss.detach())
+    return losses
+
+
+def hf_llama_loop(ctx: ProbeContext) -> None:
+    _need("transformers")
+    from anydevice.integrations import _hf
+
+    _hf.install()  # the variables transformers reads at import, before it is imported here
+    expected = torch.stack(_llama_losses(torch.device("cpu"), lambda: None))
+    with ctx.stage(Stage.EXECUTE):
+        losses = _llama_losses(ctx.device, ctx.api("step"))
+        ctx.sync()
+    ctx.compare(torch.stack(losses), expected, atol=1e-3, rtol=1e-3)
+
+
+def hf_trainer(ctx: ProbeContext) -> None:
+    _need("transformers", "accelerate")
+    result = _run(ctx, f"CONFIG = {_LLAMA!r}\n" + TRAINER_SCRIPT)
+    if torch.device(result["device"]).type != ctx.device.type:
+        raise AssertionError(f"Trainer trained on {result['device']}, not on the selected {ctx.device.type}")
+    if len(result["losses"]) != 2 or not all(x == x and abs(x) < 1e6 for x in result["losses"]):
+        raise AssertionError(f"Trainer's losses are not two finite numbers: {result['losses']}")
+
+
+def cuda_compat_script(ctx: ProbeContext) -> None:
+    result = _run(ctx, CUDA_SCRIPT, "--cuda-compat")
+    if torch.device(result["device"]).type != ctx.device.type:
+        raise AssertionError(f"the CUDA script's model is on {result['device']}, not on the selected {ctx.device.type}")
+    if not result["loss"] == result["loss"]:
+        raise AssertionError("the CUDA script's loss is NaN")
+
+
+def _p(name: str, fn: Any, what: str) -> Probe:
+    return Probe(name, "workloads", fn, description=what)
+
+
+PROBES = [
+    _p(
+        "hf_llama_loop",
+        hf_llama_loop,
+        "A tiny random-init transformers Llama trains 3 steps in a plain loop; losses match the CPU's.",
+    ),
+    _p(
+        "hf_trainer", hf_trainer, "Hugging Face Trainer trains a tiny Llama 2 steps on the selected device under `anydevice run`."
+    ),
+    _p(
+        "cuda_compat_script",
+        cuda_compat_script,
+        "A CUDA-written script (.cuda(), torch.cuda.*, autocast('cuda')) runs unmodified under `anydevice run --cuda-compat`.",
+    ),
+]
