@@ -47,7 +47,6 @@ def render_html(matrix: Matrix) -> str:
         _summary(matrix),
         _versions(matrix),
         _legend(),
-        _filters(matrix),
         _table(matrix),
         _claims_section(matrix),
         _runs(matrix),
@@ -250,12 +249,12 @@ def _filters(matrix: Matrix) -> str:
     shims = "".join(f'<option value="{e(s)}">{e(s)}</option>' for s in matrix.shims)
     statuses = "".join(f'<option value="{s.value}">{e(LABEL[s])}</option>' for s in Status)
     return (
-        '<section id="filters" aria-label="Filters">'
+        '<div id="filters" role="group" aria-label="Filters">'
         f'<label>Shim <select id="filter-shim"><option value="all">all</option>{shims}</select></label> '
         f'<label>Status <select id="filter-status"><option value="all">any</option>{statuses}'
         '<option value="disagree">disagree</option><option value="claim-mismatch">contradicts the plugin\'s claim</option>'
         "</select></label> "
-        f'<output id="filter-count">{len(matrix.rows)} of {len(matrix.rows)} probes shown</output></section>'
+        f'<output id="filter-count">{len(matrix.rows)} of {len(matrix.rows)} probes shown</output></div>'
     )
 
 
@@ -282,7 +281,7 @@ def _table(matrix: Matrix) -> str:
             + "</tr>"
         )
     return (
-        '<section id="probes"><h2>Every probe</h2><div class="scroll"><table id="matrix"><thead><tr>'
+        f'<section id="probes"><h2>Every probe</h2>{_filters(matrix)}<div class="scroll"><table id="matrix"><thead><tr>'
         f'<th scope="col">Probe</th><th scope="col">Group</th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
         "</div></section>"
     )
