@@ -45,26 +45,38 @@ def _parser() -> argparse.ArgumentParser:
     probe = sub.add_parser(
         "probe",
         help="run the probe suite on the selected device (ANYDEVICE) and write JSON",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    probe.add_argument("--out", type=Path, default=None, metavar="FILE", help="result file to write (none: print a summary only)")
     probe.add_argument(
-        "--only", type=_only, default=None, metavar="PATTERN", help="comma-separated globs or substrings of probe names or groups"
+        "--out", type=Path, default=None, metavar="FILE", help="result file to write (default: none, print a summary only)"
     )
-    probe.add_argument("--timeout", type=_timeout, default=120.0, metavar="S", help="seconds one probe may run")
-    probe.add_argument("--seed", type=_seed, default=0, help="RNG seed for every probe")
+    probe.add_argument(
+        "--only",
+        type=_only,
+        default=None,
+        metavar="PATTERN",
+        help="comma-separated globs or substrings of probe names or groups (default: every probe)",
+    )
+    probe.add_argument(
+        "--timeout", type=_timeout, default=120.0, metavar="S", help="seconds one probe may run, above 0 (default: 120)"
+    )
+    probe.add_argument("--seed", type=_seed, default=0, help="RNG seed for every probe (default: 0)")
     probe.add_argument(
         "--simulated",
         action="store_true",
         default=None,
         help="mark results as against a simulated vendor module (default: what the plugin declares)",
     )
-    probe.add_argument("--module", action="append", default=[], metavar="MOD", help="also load probes from MOD.PROBES")
+    probe.add_argument(
+        "--module",
+        action="append",
+        default=[],
+        metavar="MOD",
+        help="also load probes from MOD.PROBES (repeatable; default: none)",
+    )
     probe.add_argument("--list", action="store_true", help="list the probes that would run, and exit")
     render = sub.add_parser(
         "render",
         help="merge result files into the matrix page (index.html + index.md)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     render.add_argument(
         "results",
@@ -73,7 +85,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RESULTS",
         help="result files written by `anydevice matrix probe --out` (a directory stands for its *.json)",
     )
-    render.add_argument("--out", type=Path, default=Path("site"), metavar="DIR", help="output directory, created if missing")
+    render.add_argument(
+        "--out", type=Path, default=Path("site"), metavar="DIR", help="output directory, created if missing (default: site/)"
+    )
     render.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page on disk is stale")
     return parser
 
