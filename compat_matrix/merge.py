@@ -11,9 +11,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from anydevice.compat_matrix.probe import SHIMS
+from anydevice.compat_matrix import probe as _probe
 from anydevice.compat_matrix.schema import ProbeResult, ResultFileError, Run, Status, load_run
 from anydevice.compat_matrix.symbols import BROKEN, SIMULATED, WORKING
+
+# The probe groups in page order; groups a plugin adds follow, by name. Reads the catalogue's
+# own list under either name it has had (``SHIMS``, ``GROUPS``).
+PAGE_ORDER: tuple[str, ...] = ("sanity", "placement", "compilation", "collectives", "profiling", "workloads", "dtypes", "ops")
+_CATALOGUE_GROUPS: tuple[str, ...] = tuple(getattr(_probe, "GROUPS", None) or getattr(_probe, "SHIMS", None) or ())
 
 
 @dataclass(frozen=True)
@@ -202,7 +207,8 @@ def _columns(runs: list[LoadedRun]) -> list[Column]:
 
 
 def _ordered_shims(shims: set[str]) -> list[str]:
-    return [s for s in SHIMS if s in shims] + sorted(shims - set(SHIMS))
+    known = PAGE_ORDER + tuple(g for g in _CATALOGUE_GROUPS if g not in PAGE_ORDER)
+    return [s for s in known if s in shims] + sorted(shims - set(known))
 
 
 def _rows(runs: list[LoadedRun]) -> list[Row]:

@@ -8,9 +8,12 @@ from typing import Any
 
 from anydevice.compat_matrix import claims
 from anydevice.compat_matrix.merge import Cell, Column, Diff, LoadedRun, Matrix
+from anydevice.compat_matrix.origin import Source, origin
 from anydevice.compat_matrix.runner import reproduce_command
 from anydevice.compat_matrix.schema import ProbeResult, Status
+from anydevice.compat_matrix.summary import DISAGREE, Tally, cell_key, tally
 from anydevice.compat_matrix.symbols import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SIMULATED, SYMBOL
+from anydevice.compat_matrix.versions_table import plugin_versions, ran_pair
 
 LOG_EXCERPT = 1500
 
@@ -41,12 +44,14 @@ def render_html(matrix: Matrix) -> str:
         f"<style>{_CSS}</style></head><body>",
         _header(matrix),
         _notices(matrix),
+        _summary(matrix),
+        _versions(matrix),
         _legend(),
-        _filters(matrix),
         _table(matrix),
         _claims_section(matrix),
         _runs(matrix),
         _diff_section(matrix),
+        _sources_note(),
         f'<script type="application/json" id="matrix-data">{_json_for_script(_data(matrix))}</script>',
         f"<script>{_JS}</script>",
         "</body></html>",
@@ -60,8 +65,11 @@ def _header(matrix: Matrix) -> str:
     return (
         "<header><h1>anydevice compatibility matrix</h1>"
         f"<p>Generated only from probe runs: {len(matrix.runs)} run(s) in {len(matrix.columns)} column(s), "
-        f"{len(matrix.rows)} probes{span}. Each cell shows a symbol and its status in words; "
-        "open a cell for its evidence. A column is one device, chip and set of versions.</p></header>"
+        f"{len(matrix.rows)} probes{span}. The summary first: one row per device column, one cell per probe group, "
+        "coloured and in words; each cell links down to its probes, and each probe cell opens its evidence "
+        "(log, environment, the command that reproduces it). A column is one device, chip and set of versions. "
+        'Every failure says where it comes from: the <a href="#sources">device, the plugin, the vendor package, '
+        "a simulation's missing feature, or the harness</a>.</p></header>"
     )
 
 
@@ -80,8 +88,143 @@ def _notices(matrix: Matrix) -> str:
                 f"the sanity probe failed, so its other probes are shown as untested, not failed. {e(health.note or '')}</li>"
             )
     if not items:
-        return '<section id="notices" hidden></section>'
+        return ""
     return f'<section id="notices" role="alert"><h2>Notices</h2><ul>{"".join(items)}</ul></section>'
+
+
+def _short_label(key: str) -> str:
+    if key == DISAGREE:
+        return "disagree"
+    return "fake (simulated)" if key == Status.FAKE.value else LABEL[Status(key)]
+
+
+def _symbol(key: str) -> str:
+    return DISAGREE_SYMBOL if key == DISAGREE else SYMBOL[Status(key)]
+
+
+def _counts_line(t: Tally) -> str:
+    """``✔ 60 pass · ✘ 2 fail``: every status present, worst first."""
+    return " · ".join(
+        f'<span class="count st-{key}"><span class="sym" aria-hidden="true">{_symbol(key)}</span> '
+        f"{n} {e(_short_label(key))}</span>"
+        for key, n in t.ordered()
+    )
+
+
+def _sources_line(t: Tally) -> str:
+    if not t.sources:
+        return ""
+    order = list(Source)
+    ordered = sorted(t.sources.items(), key=lambda i: order.index(i[0]))
+    parts = ", ".join(f"{n} from the {e(source.value)}" for source, n in ordered)
+    return f'<div class="sources">failures: {parts}</div>'
+
+
+def _passes(t: Tally) -> str:
+    """``11/13 work · 2 skip``: how many work, then the rest by status."""
+    working = {Status.PASS.value, Status.FALLBACK.value, Status.FAKE.value}
+    rest = [f"{n} {_short_label(key)}" for key, n in t.ordered() if key not in working]
+    return e(" · ".join([f"{t.working}/{t.total} work", *rest]))
+
+
+def _group_anchor(group: str) -> str:
+    return "group-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in group)
+
+
+def _column_note(column: Column) -> str:
+    """What a column's results mean, for columns that are not a plain run on real hardware."""
+    runs = [r.run for r in column.runs]
+    if all(not r.health.device_available for r in runs):
+        return "device not available here: every probe skipped"
+    if any(r.health.device_available and not r.health.sanity_passed for r in runs):
+        return "unhealthy run: the sanity probe failed, other probes untested"
+    if any(r.hardware.simulated for r in runs):
+        return "simulated vendor module: tests the plugin's code paths, not the hardware"
+    return ""
+
+
+def _summary(matrix: Matrix) -> str:
+    if not matrix.columns:
+        return ""
+    groups = matrix.shims
+    head = "".join(f'<th scope="col"><a href="#{_group_anchor(g)}">{e(g)}</a></th>' for g in groups)
+    rows = []
+    for column in matrix.columns:
+        overall = tally(matrix, column)
+        note = _column_note(column)
+        cells = []
+        for group in groups:
+            t = tally(matrix, column, group)
+            worst = t.worst
+            cells.append(
+                f'<td class="grid st-{worst}" data-worst="{worst}" data-group="{e(group)}">'
+                f'<a href="#{_group_anchor(group)}" title="{e(group)} probes on {e(column.label)}">'
+                f'<span class="worst"><span class="sym" aria-hidden="true">{_symbol(worst)}</span> '
+                f"{e(_short_label(worst))}</span>"
+                f'<span class="passes">{_passes(t)}</span></a>{_sources_line(t)}</td>'
+            )
+        rows.append(
+            f'<tr data-column="{column.id}"><th scope="row"><a href="#col-{column.id}">{e(column.label)}</a>'
+            f'<div class="versions">{e(column.versions)}</div>'
+            f'<div class="overall">{overall.working}/{overall.total} probes work</div>'
+            + (f'<div class="flag">{e(note)}</div>' if note else "")
+            + "</th>"
+            + "".join(cells)
+            + "</tr>"
+        )
+    return (
+        '<section id="summary"><h2>Summary: which device does what</h2>'
+        "<p>One row per device column, one cell per probe group: the worst status in the group (colour and words), "
+        "how many of its probes work (pass, pass with CPU fallback, or pass against a simulation), and where its "
+        "failures come from. Each cell links down to the group's probes.</p>"
+        '<div class="scroll"><table id="summary-grid"><thead><tr><th scope="col">Device column</th>'
+        f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div></section>"
+    )
+
+
+def _versions(matrix: Matrix) -> str:
+    rows = []
+    for pv in plugin_versions(matrix):
+        if pv.columns:
+            ran = "".join(
+                f'<li><a href="#col-{c.id}">{e(c.label)}</a>: {e(ran_pair(c))}'
+                + (f" ({e(note)})" if (note := _column_note(c)) else "")
+                + "</li>"
+                for c in pv.columns
+            )
+            ran_html = f"<ul>{ran}</ul>"
+        else:
+            hint = " (<code>scripts/gpu-check</code> on a GPU machine makes one)" if pv.vendor_package == "torch" else ""
+            ran_html = f'<span class="none">not run here: no result file yet{hint}</span>'
+        rows.append(
+            f'<tr data-plugin="{e(pv.plugin)}"><th scope="row">{e(pv.plugin)}</th><td>{e(", ".join(pv.devices))}</td>'
+            f"<td>{e(pv.vendor_package or '-')}</td><td>{e(pv.supported)}</td><td>{ran_html}</td></tr>"
+        )
+    return (
+        '<section id="versions"><h2>Versions: supported pairs, and what ran here</h2>'
+        "<p>The torch / vendor-package pairs each plugin supports (from its declared vendor package and the "
+        "pairing rule anydevice's version preflight applies), and the pairs the result files on this page ran.</p>"
+        '<div class="scroll"><table id="versions-table"><thead><tr><th scope="col">plugin</th><th scope="col">devices</th>'
+        '<th scope="col">vendor package</th><th scope="col">supported pairs</th><th scope="col">ran here</th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
+    )
+
+
+def _sources_note() -> str:
+    items = {
+        Source.DEVICE: "torch's own backend for the device failed (no vendor package involved)",
+        Source.PLUGIN: "anydevice's plugin raised, or declares the feature unsupported",
+        Source.VENDOR: "the vendor package (torch_xla, torch_tpu, torch-neuronx, ...) failed with its torch",
+        Source.SIMULATION: "the simulated vendor module lacks the feature: the plugin's code path ran up to there, "
+        "and nothing is said about the real hardware",
+        Source.HARNESS: "the probe harness or the anydevice API it calls was at fault",
+    }
+    lis = "".join(f"<li><strong>from the {e(k.value)}</strong>: {e(v)}</li>" for k, v in items.items())
+    return (
+        '<section id="sources"><h2>Where a failure comes from</h2><p>Read from each result\'s evidence: a declared '
+        "claim, the exception's module, whether the run was simulated, the failing stage.</p>"
+        f"<ul>{lis}</ul></section>"
+    )
 
 
 def _legend() -> str:
@@ -106,21 +249,30 @@ def _filters(matrix: Matrix) -> str:
     shims = "".join(f'<option value="{e(s)}">{e(s)}</option>' for s in matrix.shims)
     statuses = "".join(f'<option value="{s.value}">{e(LABEL[s])}</option>' for s in Status)
     return (
-        '<section id="filters" aria-label="Filters">'
+        '<div id="filters" role="group" aria-label="Filters">'
         f'<label>Shim <select id="filter-shim"><option value="all">all</option>{shims}</select></label> '
         f'<label>Status <select id="filter-status"><option value="all">any</option>{statuses}'
         '<option value="disagree">disagree</option><option value="claim-mismatch">contradicts the plugin\'s claim</option>'
         "</select></label> "
-        f'<output id="filter-count">{len(matrix.rows)} of {len(matrix.rows)} probes shown</output></section>'
+        f'<output id="filter-count">{len(matrix.rows)} of {len(matrix.rows)} probes shown</output></div>'
     )
 
 
 def _table(matrix: Matrix) -> str:
-    head = "".join(_column_head(c) for c in matrix.columns)
+    if not matrix.columns:
+        return '<p id="empty">No valid result files: nothing to show.</p>'
+    head = "".join(_column_head(matrix, c) for c in matrix.columns)
     body = []
+    group = None
     for row in matrix.rows:
+        if row.shim != group:
+            group = row.shim
+            body.append(
+                f'<tr class="group-row" id="{_group_anchor(group)}" data-shim="{e(group)}">'
+                f'<th scope="rowgroup" colspan="{len(matrix.columns) + 2}">{e(group)}</th></tr>'
+            )
         cells = [matrix.cell(row.probe, c) for c in matrix.columns]
-        statuses = sorted({_cell_key(c) for c in cells} | ({"claim-mismatch"} if any(_mismatches(c) for c in cells) else set()))
+        statuses = sorted({cell_key(c) for c in cells} | ({"claim-mismatch"} if any(_mismatches(c) for c in cells) else set()))
         body.append(
             f'<tr class="probe-row" id="probe-{e(row.probe)}" data-shim="{e(row.shim)}" data-statuses="{e(" ".join(statuses))}">'
             f'<th scope="row"><code>{e(row.probe)}</code><div class="desc">{e(row.description)}</div></th>'
@@ -128,30 +280,27 @@ def _table(matrix: Matrix) -> str:
             + "".join(_cell(row.probe, column, cell) for column, cell in zip(matrix.columns, cells, strict=True))
             + "</tr>"
         )
-    if not matrix.columns:
-        return '<p id="empty">No valid result files: nothing to show.</p>'
     return (
-        '<div class="scroll"><table id="matrix"><thead><tr><th scope="col">Probe</th><th scope="col">Shim</th>'
-        f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+        f'<section id="probes"><h2>Every probe</h2>{_filters(matrix)}<div class="scroll"><table id="matrix"><thead><tr>'
+        f'<th scope="col">Probe</th><th scope="col">Group</th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+        "</div></section>"
     )
 
 
-def _column_head(column: Column) -> str:
+def _column_head(matrix: Matrix, column: Column) -> str:
     runs = ", ".join(f'<a href="#{_run_anchor(r)}">{e(r.date[:10])}</a>' for r in column.runs)
     flags = ""
     if any(not r.run.health.device_available for r in column.runs):
         flags += '<div class="flag unavailable">device not available</div>'
     if any(r.run.health.device_available and not r.run.health.sanity_passed for r in column.runs):
         flags += '<div class="flag unhealthy">unhealthy run: sanity failed</div>'
+    if any(r.run.hardware.simulated for r in column.runs):
+        flags += '<div class="flag simulated">simulated: tests the plugin\'s code paths, not the hardware</div>'
     return (
         f'<th scope="col" id="col-{column.id}" class="col"><div class="label">{e(column.label)}</div>'
-        f'<div class="versions">{e(column.versions)}</div><div class="runs">{len(column.runs)} run(s): {runs}</div>{flags}</th>'
+        f'<div class="versions">{e(column.versions)}</div><div class="counts">{_counts_line(tally(matrix, column))}</div>'
+        f'<div class="runs">{len(column.runs)} run(s): {runs}</div>{flags}</th>'
     )
-
-
-def _cell_key(cell: Cell) -> str:
-    status = cell.status
-    return "disagree" if status is None else status.value
 
 
 def _cell(probe: str, column: Column, cell: Cell) -> str:
@@ -165,12 +314,16 @@ def _cell(probe: str, column: Column, cell: Cell) -> str:
         if stages:
             summary += f" at {e('/'.join(stages))}"
     summary += _claim_note(cell)
+    sources = sorted({found.short for loaded, r in cell.entries if (found := origin(loaded.run, r)) is not None})
+    if sources:
+        summary += f' <span class="origin">{e(", ".join(sources))}</span>'
     if not cell.entries:
         evidence = f"<p>Nobody ran <code>{e(probe)}</code> on this column.</p>"
     else:
         evidence = "".join(_evidence(probe, loaded, result) for loaded, result in cell.entries)
+    key = cell_key(cell)
     return (
-        f'<td class="cell st-{_cell_key(cell)}" data-status="{_cell_key(cell)}" headers="col-{column.id}">'
+        f'<td class="cell st-{key}" data-status="{key}" headers="col-{column.id}">'
         f'<details><summary>{summary}</summary><div class="evidence">{evidence}</div></details></td>'
     )
 
@@ -203,17 +356,19 @@ def _claims_section(matrix: Matrix) -> str:
         )
 
     found = claims.findings(matrix)
+    if not found:
+        return ""
     contradicted = [f for f in found if f.contradiction]
     declared = [f for f in found if not f.contradiction]
-    return (
+    parts = [
         '<section id="claims"><h2>Claimed vs observed</h2><p>Every probe a plugin does not declare unsupported '
         "(<code>DeviceSpec.unsupported</code>) is claimed supported.</p>"
-        f"<h3>Contradicting the plugin ({len(contradicted)})</h3>"
-        + (f"<ul>{''.join(item(f) for f in contradicted)}</ul>" if contradicted else "<p>none</p>")
-        + f"<h3>Declared unsupported ({len(declared)})</h3>"
-        + (f"<ul>{''.join(item(f) for f in declared)}</ul>" if declared else "<p>none</p>")
-        + "</section>"
-    )
+    ]
+    if contradicted:
+        parts.append(f"<h3>Contradicting the plugin ({len(contradicted)})</h3><ul>{''.join(item(f) for f in contradicted)}</ul>")
+    if declared:
+        parts.append(f"<h3>Declared unsupported ({len(declared)})</h3><ul>{''.join(item(f) for f in declared)}</ul>")
+    return "".join(parts) + "</section>"
 
 
 def _evidence(probe: str, loaded: LoadedRun, result: ProbeResult) -> str:
@@ -238,6 +393,9 @@ def _evidence(probe: str, loaded: LoadedRun, result: ProbeResult) -> str:
                 else f"vs {n.reference}",
             )
         )
+    found = origin(run, result)
+    if found is not None:
+        rows.append(("comes from", f"the {found.source.value}: {found.why}"))
     if result.expected is not None:
         rows.append(("plugin claims", claims.describe(result.expected)))
         contradiction = claims.mismatch(result)
@@ -270,7 +428,7 @@ def _env_line(loaded: LoadedRun) -> str:
     ]
     if run.plugin.vendor_package:
         parts.append(f"{run.plugin.vendor_package} {run.plugin.vendor_version or '?'}")
-    parts += [f"{k} {v}" for k, v in sorted(run.env.runtimes.items())]
+    parts += [f"{k} {v}" for k, v in sorted(run.env.runtimes.items()) if k != run.plugin.vendor_package]
     hw = run.hardware
     parts += [
         f"chip {hw.chip or 'unknown'} x{hw.device_count}" + (f" ({SIMULATED})" if hw.simulated else ""),
@@ -307,12 +465,13 @@ def _runs(matrix: Matrix) -> str:
 
 def _diff_section(matrix: Matrix) -> str:
     options = "".join(f'<option value="{e(r.key)}">{e(r.device)} — {e(r.date)} ({e(r.source)})</option>' for r in matrix.runs)
+    if not matrix.diffs:
+        return ""  # no device has two runs: nothing to compare, so no section
     later = [d for d in matrix.diffs if d.new.run.started_at > d.old.run.started_at]
-    candidates = later or matrix.diffs
-    default = candidates[-1] if candidates else None
-    body = _diff_body(default) if default else "<p>No device has two runs yet: nothing to compare.</p>"
-    a = e(default.old.key) if default else ""
-    b = e(default.new.key) if default else ""
+    default = (later or matrix.diffs)[-1]
+    body = _diff_body(default)
+    a = e(default.old.key)
+    b = e(default.new.key)
     return (
         '<section id="diff"><h2>Diff between two runs of the same device</h2>'
         f'<label>Older <select id="diff-a" data-default="{a}">{options}</select></label> '
@@ -387,6 +546,23 @@ ul.legend{list-style:none;padding:0}ul.legend li{margin:.15rem 0}
 table.runs td,table.runs th{border:1px solid #ccc;padding:.25rem .4rem;font-size:.85rem;vertical-align:top}
 h3.broken::before{content:"✘ "}h3.fixed::before{content:"✔ "}h3.changed::before{content:"• "}
 tr[hidden]{display:none}
+#summary-grid{margin-top:.5rem}
+#summary-grid th,#summary-grid td{border:1px solid #bbb;padding:.35rem .5rem;vertical-align:top;text-align:left}
+#summary-grid thead th{background:#f4f4f4}#summary-grid th[scope=row]{min-width:14rem;max-width:22rem}
+#summary-grid td.grid{min-width:8.5rem}#summary-grid td.grid a{display:block;color:inherit;text-decoration:none}
+#summary-grid td.grid a:hover .worst{text-decoration:underline}
+#summary-grid .worst{display:block;font-weight:bold;font-size:1rem}#summary-grid .passes{display:block;font-size:.85rem}
+#summary-grid td.st-fail{border-left:5px solid #c62828}#summary-grid td.st-pass{border-left:5px solid #2e7d32}
+#summary-grid td.st-fake{border-left:5px solid #3057b0}#summary-grid td.st-skip{border-left:5px solid #999}
+#summary-grid td.st-partial,#summary-grid td.st-pass_cpu_fallback{border-left:5px solid #c49000}
+#summary-grid td.st-harness_error{border-left:5px solid #8e24aa}#summary-grid td.st-disagree{border-left:5px solid #e65100}
+.overall{font-size:.85rem;font-weight:600;margin-top:.2rem}.sources{font-size:.75rem;color:#333;margin-top:.15rem}
+.flag.simulated{color:#3057b0}.flag.simulated::before{content:"◇ "}
+.counts{font-weight:normal;font-size:.78rem;margin-top:.2rem}.count{white-space:nowrap;padding:0 .15rem;border-radius:.2rem}
+.origin{display:block;font-size:.78rem;margin-left:1.1em;font-style:italic}
+tr.group-row th{background:#e9eef5;text-align:left;font-size:1rem;padding:.35rem .45rem;border:1px solid #ccc}
+#versions-table th,#versions-table td{border:1px solid #ccc;padding:.3rem .45rem;vertical-align:top;text-align:left}
+#versions-table ul{margin:0;padding-left:1.1rem}#versions-table .none{color:#555;font-style:italic}
 """
 
 _JS = """
@@ -397,14 +573,16 @@ _JS = """
   var status = document.getElementById("filter-status");
   var count = document.getElementById("filter-count");
   var rows = Array.prototype.slice.call(document.querySelectorAll("#matrix tr.probe-row"));
+  var groups = Array.prototype.slice.call(document.querySelectorAll("#matrix tr.group-row"));
   function applyFilters() {
-    var shown = 0;
+    var shown = 0, shownGroups = {};
     rows.forEach(function (tr) {
       var okShim = shim.value === "all" || tr.getAttribute("data-shim") === shim.value;
       var okStatus = status.value === "all" || tr.getAttribute("data-statuses").split(" ").indexOf(status.value) >= 0;
       tr.hidden = !(okShim && okStatus);
-      if (!tr.hidden) { shown += 1; }
+      if (!tr.hidden) { shown += 1; shownGroups[tr.getAttribute("data-shim")] = true; }
     });
+    groups.forEach(function (tr) { tr.hidden = !shownGroups[tr.getAttribute("data-shim")]; });
     count.textContent = shown + " of " + rows.length + " probes shown";
   }
   if (shim && status) {

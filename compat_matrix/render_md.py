@@ -1,14 +1,22 @@
-"""The matrix as Markdown: tables per shim, the failures with their reasons, runs and diffs."""
+"""The matrix as Markdown: the summary grid, versions, tables per group, failures with their sources, runs, diffs.
+
+Every text taken from a result file goes through :func:`md`: HTML is escaped (a Markdown renderer
+that passes HTML through gets text, never a tag), Markdown syntax and ``|`` are escaped (a table
+row never splits), and line breaks become spaces. No result text goes into a code span.
+"""
 
 from __future__ import annotations
 
 import re
 
 from anydevice.compat_matrix import claims
-from anydevice.compat_matrix.merge import Cell, Diff, Matrix
+from anydevice.compat_matrix.merge import Cell, Column, Diff, Matrix
+from anydevice.compat_matrix.origin import origin
 from anydevice.compat_matrix.runner import reproduce_command
 from anydevice.compat_matrix.schema import Status
+from anydevice.compat_matrix.summary import DISAGREE, Tally, tally
 from anydevice.compat_matrix.symbols import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING
+from anydevice.compat_matrix.versions_table import plugin_versions, ran_pair
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|#!~])")
 
@@ -20,6 +28,17 @@ def md(text: object) -> str:
     return " ".join(s.split())
 
 
+def _label(key: str) -> str:
+    if key == DISAGREE:
+        return f"{DISAGREE_SYMBOL} disagree"
+    status = Status(key)
+    return f"{SYMBOL[status]} " + ("fake (simulated)" if status is Status.FAKE else LABEL[status])
+
+
+def _counts(t: Tally) -> str:
+    return ", ".join(f"{_label(key)} {n}" for key, n in t.ordered())
+
+
 def _cell_text(cell: Cell) -> str:
     status = cell.status
     if status is None:
@@ -28,7 +47,8 @@ def _cell_text(cell: Cell) -> str:
         text = f"{SYMBOL[status]} {LABEL[status]}"
         stages = sorted({r.failure_stage.value for _, r in cell.entries if r.failure_stage is not None})
         text += f" at {'/'.join(stages)}" if stages else ""
-    return text + _claim_note(cell)
+    sources = sorted({found.short for loaded, r in cell.entries if (found := origin(loaded.run, r)) is not None})
+    return text + _claim_note(cell) + (f", {', '.join(sources)}" if sources else "")
 
 
 def _claim_note(cell: Cell) -> str:
@@ -50,19 +70,28 @@ def render_markdown(matrix: Matrix) -> str:
         "",
     ]
     out += _notices(matrix)
+    out += _summary(matrix)
+    out += _versions(matrix)
     out += ["## Legend", ""]
     out += [f"- {SYMBOL[s]} {LABEL[s]}" for s in Status] + [
         f"- {DISAGREE_SYMBOL} disagree: runs in one column saw different statuses",
         f"- {CLAIM_MISMATCH_SYMBOL} claimed …: the probe contradicts what the plugin declares "
         "(claimed unsupported but it works, or claimed supported but it fails)",
         "- (declared unsupported): the plugin declares it does not support this; a fail or skip is what it expects",
+        "- from the device / plugin / vendor package / simulation / harness: where a failure comes from. "
+        "A simulation's failure is a feature the simulated vendor module lacks: it tests the plugin's code "
+        "paths and says nothing about the real hardware",
         "",
     ]
-    out += ["## Columns", ""]
-    for column in matrix.columns:
-        runs = ", ".join(f"{md(r.source)} ({r.date})" for r in column.runs)
-        out.append(f"- **{column.id}**: {md(column.label)}; {md(column.versions)}; runs: {runs}")
-    out.append("")
+    if matrix.columns:
+        out += ["## Columns", ""]
+        for column in matrix.columns:
+            runs = ", ".join(f"{md(r.source)} ({r.date})" for r in column.runs)
+            out.append(
+                f"- **{column.id}**: {md(column.label)}; {md(column.versions)}; "
+                f"{md(_counts(tally(matrix, column)))}; runs: {runs}"
+            )
+        out.append("")
     for shim in matrix.shims:
         rows = [r for r in matrix.rows if r.shim == shim]
         out += [f"## {md(shim)}", ""]
@@ -70,13 +99,49 @@ def render_markdown(matrix: Matrix) -> str:
         out.append("|---|" + "---|" * len(matrix.columns))
         for row in rows:
             cells = [md(_cell_text(matrix.cell(row.probe, c))) for c in matrix.columns]
-            out.append(f"| `{row.probe}` | " + " | ".join(cells) + " |")
+            out.append(f"| {md(row.probe)} | " + " | ".join(cells) + " |")
         out.append("")
     out += _claims(matrix)
     out += _problems(matrix)
     out += _runs(matrix)
     out += _diffs(matrix)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _summary(matrix: Matrix) -> list[str]:
+    if not matrix.columns:
+        return []
+    groups = matrix.shims
+    lines = [
+        "## Summary",
+        "",
+        "One row per device column, one cell per probe group: the worst status, then how many probes work.",
+        "",
+        "| column | " + " | ".join(md(g) for g in groups) + " |",
+        "|---|" + "---|" * len(groups),
+    ]
+    for column in matrix.columns:
+        overall = tally(matrix, column)
+        cells = []
+        for group in groups:
+            t = tally(matrix, column, group)
+            cells.append(md(f"{_label(t.worst)}: {t.working}/{t.total} work"))
+        head = md(f"{column.id}: {column.label} ({overall.working}/{overall.total} work)")
+        lines.append(f"| {head} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _versions(matrix: Matrix) -> list[str]:
+    lines = [
+        "## Versions",
+        "",
+        "| plugin | vendor package | supported pairs | ran here |",
+        "|---|---|---|---|",
+    ]
+    for pv in plugin_versions(matrix):
+        ran = "; ".join(f"{c.id}: {ran_pair(c)}" for c in pv.columns) or "not run here: no result file yet"
+        lines.append(f"| {md(pv.plugin)} | {md(pv.vendor_package or '-')} | {md(pv.supported)} | {md(ran)} |")
+    return [*lines, ""]
 
 
 def _notices(matrix: Matrix) -> list[str]:
@@ -101,26 +166,25 @@ def _claims(matrix: Matrix) -> list[str]:
         observed = f"{SYMBOL[r.status]} {LABEL[r.status]}" + (f" at {r.failure_stage.value}" if r.failure_stage else "")
         verdict = f"{CLAIM_MISMATCH_SYMBOL} {f.contradiction}" if f.contradiction else "agrees"
         claim = claims.describe(r.expected) if r.expected else ""
-        where = f"`{r.probe}` on {f.column.id} ({md(f.loaded.source)})"
+        where = f"{md(r.probe)} on {f.column.id} ({md(f.loaded.source)})"
         return f"- {where}: {verdict}; observed {observed}; the plugin claims {md(claim)}"
 
     found = claims.findings(matrix)
+    if not found:
+        return []
     contradicted = [item(f) for f in found if f.contradiction]
     declared = [item(f) for f in found if not f.contradiction]
-    return [
+    lines = [
         "## Claimed vs observed",
         "",
         "Every probe a plugin does not declare unsupported (`DeviceSpec.unsupported`) is claimed supported.",
         "",
-        f"### Contradicting the plugin ({len(contradicted)})",
-        "",
-        *(contradicted or ["None."]),
-        "",
-        f"### Declared unsupported ({len(declared)})",
-        "",
-        *(declared or ["None."]),
-        "",
     ]
+    if contradicted:
+        lines += [f"### Contradicting the plugin ({len(contradicted)})", "", *contradicted, ""]
+    if declared:
+        lines += [f"### Declared unsupported ({len(declared)})", "", *declared, ""]
+    return lines
 
 
 def _problems(matrix: Matrix) -> list[str]:
@@ -131,36 +195,45 @@ def _problems(matrix: Matrix) -> list[str]:
                 if result.status in WORKING or result.status in (Status.SKIP, Status.UNTESTED):
                     continue
                 command = reproduce_command(loaded.run.invocation.ANYDEVICE or loaded.run.plugin.name, ["--only", row.probe])
+                found = origin(loaded.run, result)
+                source = f" Comes from the {found.source.value}: {md(found.why)}." if found else ""
                 lines.append(
-                    f"- `{row.probe}` on {column.id} ({md(loaded.source)}): {SYMBOL[result.status]} {LABEL[result.status]}"
+                    f"- {md(row.probe)} on {column.id} ({md(loaded.source)}): {SYMBOL[result.status]} {LABEL[result.status]}"
                     + (f" at {result.failure_stage.value}" if result.failure_stage else "")
-                    + f": {md(result.reason or result.message or '')}. Reproduce: `{command.replace('`', '')}`"
+                    + f": {md(result.reason or result.message or '')}.{source} Reproduce: {md(command)}"
                 )
-    return ["## Failures, partials and harness errors", "", *(lines or ["None."]), ""]
+    return ["## Failures, partials and harness errors", "", *lines, ""] if lines else []
+
+
+def _column_of(matrix: Matrix, source: str) -> Column | None:
+    return next((c for c in matrix.columns if any(r.source == source for r in c.runs)), None)
 
 
 def _runs(matrix: Matrix) -> list[str]:
+    if not matrix.runs:
+        return []
     lines = [
         "## Runs",
         "",
-        "| file | device | started (UTC) | health | anydevice | torch | vendor | command |",
-        "|---|---|---|---|---|---|---|---|",
+        "| file | column | device | started (UTC) | health | anydevice | torch | vendor | command |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for loaded in matrix.runs:
         run = loaded.run
         health = "healthy" if loaded.healthy else ("device not available" if not run.health.device_available else "UNHEALTHY")
         vendor = f"{run.plugin.vendor_package} {run.plugin.vendor_version or '?'}" if run.plugin.vendor_package else "-"
+        column = _column_of(matrix, loaded.source)
         lines.append(
-            f"| {md(loaded.source)} | {md(loaded.device)} | {loaded.date} | {health} | {md(run.anydevice.version)} "
-            f"| {md(run.env.torch or '?')} | {md(vendor)} | {md(run.invocation.command)} |"
+            f"| {md(loaded.source)} | {column.id if column else '-'} | {md(loaded.device)} | {loaded.date} | {health} "
+            f"| {md(run.anydevice.version)} | {md(run.env.torch or '?')} | {md(vendor)} | {md(run.invocation.command)} |"
         )
     return [*lines, ""]
 
 
 def _diffs(matrix: Matrix) -> list[str]:
-    lines = ["## Changes between consecutive runs of a device", ""]
     if not matrix.diffs:
-        return [*lines, "No device has two runs yet.", ""]
+        return []  # no device has two runs: no section
+    lines = ["## Changes between consecutive runs of a device", ""]
     for diff in matrix.diffs:
         lines += _diff(diff)
     return lines
@@ -169,6 +242,6 @@ def _diffs(matrix: Matrix) -> list[str]:
 def _diff(diff: Diff) -> list[str]:
     lines = [f"### {md(diff.device)}: {diff.old.date} → {diff.new.date}", ""]
     for title, changes in (("Newly broken", diff.broken), ("Newly working", diff.fixed), ("Other changes", diff.changed)):
-        listed = ", ".join(f"`{c.probe}` ({LABEL[c.old]} → {LABEL[c.new]})" for c in changes) or "none"
+        listed = ", ".join(f"{md(c.probe)} ({LABEL[c.old]} → {LABEL[c.new]})" for c in changes) or "none"
         lines.append(f"- {title} ({len(changes)}): {listed}")
     return [*lines, ""]

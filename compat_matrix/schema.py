@@ -13,7 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION: Final = 1
 MAX_MESSAGE: Final = 2000
@@ -87,7 +87,8 @@ class ProbeResult(_Model):
     """One probe's outcome on one run."""
 
     probe: str = Field(min_length=1, max_length=200)
-    shim: str = Field(min_length=1, max_length=50)
+    shim: str = Field(min_length=1, max_length=50, validation_alias=AliasChoices("shim", "group"))
+    """The probe's group (a shim, ``dtypes``, ``ops``, ``workloads``, ...); files may call it ``group``."""
     description: str = Field(default="", max_length=MAX_REASON)
     params: dict[str, ParamValue] = Field(default_factory=dict)
     status: Status
@@ -207,6 +208,10 @@ def load_run(path: Path) -> Run:
         raise ResultFileError(path, f"cannot read: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise ResultFileError(path, f"not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ResultFileError(path, "not a result file: its JSON is nested too deeply to read") from exc
+    except (ValueError, MemoryError) as exc:  # e.g. an integer past Python's digit limit
+        raise ResultFileError(path, f"not a result file: {str(exc)[:200]}") from exc
     if not isinstance(data, dict):
         raise ResultFileError(path, "not a JSON object")
     version = data.get("schema_version")
@@ -214,6 +219,8 @@ def load_run(path: Path) -> Run:
         raise ResultFileError(path, f"unsupported schema_version {version!r} (this anydevice reads {SCHEMA_VERSION})")
     try:
         return Run.model_validate(data)
+    except RecursionError as exc:
+        raise ResultFileError(path, "not a result file: nested too deeply to validate") from exc
     except ValueError as exc:
         first = str(exc).splitlines()
         raise ResultFileError(path, "schema error: " + " ".join(line.strip() for line in first[:6])) from exc

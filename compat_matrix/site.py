@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +29,17 @@ def build_site(results: Iterable[Path]) -> Site:
 
 
 def write_site(site: Site, out: Path) -> list[Path]:
-    """Write the files under ``out``; returns their paths."""
+    """Write the files under ``out``, each atomically (a temporary file renamed over it); returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in sorted(site.files.items()):
         path = out / name
-        path.write_bytes(text.encode("utf-8"))
+        tmp = out / f".{name}.{os.getpid()}.tmp"
+        try:
+            tmp.write_bytes(text.encode("utf-8"))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
         written.append(path)
     return written
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,79 @@ class Page:
             )
         )
 
+    def empty_sections(self) -> list[str]:
+        """Sections (and h3 subsections) whose text is no more than their heading."""
+        return list(
+            self.page.evaluate(
+                r"""() => {
+                  const bad = [];
+                  document.querySelectorAll('section').forEach(s => {
+                    const h = s.querySelector('h2');
+                    const text = s.innerText.trim();
+                    if (!h || s.hidden || text.length <= h.innerText.trim().length + 5) bad.push(s.id || text);
+                  });
+                  document.querySelectorAll('section h3').forEach(h => {
+                    const next = h.nextElementSibling;
+                    if (!next || next.tagName === 'H3' || !next.innerText.trim() || /^none\.?$/i.test(next.innerText.trim()))
+                      bad.push(h.innerText);
+                  });
+                  return bad;
+                }"""
+            )
+        )
+
+    def grid(self) -> dict[str, dict[str, str]]:
+        """The summary grid: "column-id label" -> group -> the cell's text (symbol, status in words, counts)."""
+        return dict(
+            self.page.evaluate(
+                """() => {
+                  const groups = Array.from(document.querySelectorAll('#summary-grid thead th')).slice(1).map(t => t.innerText);
+                  const out = {};
+                  document.querySelectorAll('#summary-grid tbody tr').forEach(tr => {
+                    const label = tr.getAttribute('data-column') + ' ' + tr.querySelector('th a').innerText;
+                    out[label] = {};
+                    tr.querySelectorAll('td.grid').forEach((td, i) => { out[label][groups[i]] = td.innerText; });
+                  });
+                  return out;
+                }"""
+            )
+        )
+
+    def column_counts(self) -> list[str]:
+        return list(self.page.locator("#matrix > thead th.col .counts").all_inner_texts())
+
+
+COUNT = re.compile(r"(\d+) (pass|fail|skip|partial|fake \(simulated\)|harness error|untested|disagree|pass \(CPU fallback\))")
+
+
+def _check_summary_and_counts(view: Page, probes: int, columns: int) -> None:
+    page = view.page
+    grid = view.grid()
+    assert len(grid) == columns
+    for label, cells in grid.items():
+        assert cells, label
+        for group, text in cells.items():
+            # the worst status in words (beside its symbol and colour) and how many work
+            assert re.search(r"^. (pass|fail|skip|partial|fake \(simulated\)|harness error|untested|disagree)", text), text
+            assert re.search(r"\d+/\d+ work", text), (label, group, text)
+    # colour as well as words: a failing group cell is not painted like a passing one
+    fail = page.locator("#summary-grid td.grid.st-fail").first
+    ok = page.locator("#summary-grid td.grid.st-pass, #summary-grid td.grid.st-fake").first
+    colour = "el => getComputedStyle(el).backgroundColor"
+    assert fail.evaluate(colour) != ok.evaluate(colour)
+    # every grid cell links down to its group's rows
+    hrefs = page.locator("#summary-grid td.grid a").evaluate_all("els => els.map(a => a.getAttribute('href'))")
+    assert hrefs and all(h.startswith("#group-") for h in hrefs)
+    first = hrefs[0]
+    page.locator(f'#summary-grid td.grid a[href="{first}"]').first.click()
+    assert page.evaluate("location.hash") == first
+    # per-column counts in the header, adding up to the probes
+    counts = view.column_counts()
+    assert len(counts) == columns
+    for text in counts:
+        found = COUNT.findall(text)
+        assert found and sum(int(n) for n, _ in found) == probes, text
+
 
 @pytest.fixture
 def fixture_site(tmp_path: Path) -> Path:
@@ -111,9 +185,25 @@ def test_fixture_page_in_chromium(browser: Any, fixture_site: Path) -> None:
     page.select_option("#diff-b", index=next(i for i, o in enumerate(options) if "tpu" in o))
     assert "different devices" in page.locator("#diff-result").inner_text()
 
+    # summary grid, versions table, per-column counts, no empty section
+    _check_summary_and_counts(view, probes=7, columns=7)
+    versions = page.locator("#versions-table tbody tr")
+    ran = {r.locator("th").inner_text(): r.locator("td").last.inner_text() for r in versions.all()}
+    assert "torch 2.13.0" in ran["cpu"] and "torch-neuronx" in ran["neuron"]
+    assert view.empty_sections() == []
+
     assert view.broken_links() == []
     assert view.dialogs == []
     assert view.errors == []
+
+
+def test_single_run_page_has_no_empty_section(browser: Any, tmp_path: Path) -> None:
+    assert main(["render", str(FIXTURES / "cpu-new.json"), "--out", str(tmp_path)]) == 0
+    view = Page(browser, tmp_path / "index.html")
+    assert view.page.locator("#diff").count() == 0  # one run: nothing to compare, no section
+    assert view.empty_sections() == []
+    _check_summary_and_counts(view, probes=view.page.locator("#matrix tr.probe-row").count(), columns=1)
+    assert view.errors == [] and view.broken_links() == []
 
 
 def test_committed_page_in_chromium(browser: Any) -> None:
@@ -125,5 +215,17 @@ def test_committed_page_in_chromium(browser: Any) -> None:
     assert "Reproduce:" in first.inner_text()
     page.select_option("#filter-shim", "compilation")
     assert 1 <= page.locator("#matrix tr.probe-row:visible").count() < 20
+    assert page.locator("#matrix tr.group-row:visible").count() == 1
+    page.select_option("#filter-shim", "all")
+    columns = page.locator("#matrix > thead th.col").count()
+    _check_summary_and_counts(view, probes=page.locator("#matrix tr.probe-row").count(), columns=columns)
+    grid = view.grid()
+    neuron = next(cells for label, cells in grid.items() if " neuron" in label)
+    assert "from the simulation" in neuron["collectives"]  # the simulated column says whose failure it is
+    versions = {r.locator("th").inner_text(): r.inner_text() for r in page.locator("#versions-table tbody tr").all()}
+    assert {"cpu", "cuda", "neuron", "tpu", "xla"} <= set(versions)
+    assert "torch_xla 2.9.0" in versions["xla"] and "not run here" in versions["cuda"]
+    assert page.locator("#diff").count() == 0
+    assert view.empty_sections() == []
     assert view.broken_links() == []
     assert view.errors == []

@@ -85,13 +85,13 @@ def test_html_shows_claims_in_words() -> None:
         _cell(html, p) for p in ("fsdp_step", "pin_memory", "sdpa", "conv2d")
     )
     # declared unsupported and failing: a match, said in words, no mismatch mark
-    assert fsdp == "✘ fail at place (declared unsupported)"
+    assert fsdp == "✘ fail at place (declared unsupported) from the plugin"
     assert "claim vs observed agree" in fsdp_ev
     # declared unsupported but passing: a mismatch, with a symbol and words, not colour alone
     assert pinned == "✔ pass ‼ claimed unsupported"
     assert "claim vs observed ‼ claimed unsupported, but it works" in pinned_ev
     assert "plugin claims unsupported: pinned memory is not offered on mps." in pinned_ev
-    assert sdpa == "✘ fail at execute ‼ claimed supported"
+    assert sdpa == "✘ fail at execute ‼ claimed supported from the device"
     assert conv == "✔ pass"
     assert 'data-statuses="claim-mismatch pass"' in html and 'value="claim-mismatch"' in html
     section = html.split('<section id="claims">')[1].split("</section>")[0]
@@ -100,12 +100,12 @@ def test_html_shows_claims_in_words() -> None:
 
 def test_markdown_shows_claims_in_words() -> None:
     markdown = build_site([FIXTURES / "mps-claims.json"]).files["index.md"]
-    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \| (.*) \|$", markdown, re.M)}
-    assert rows["fsdp_step"] == "✘ fail at place (declared unsupported)"
+    rows = {m.group(1).replace("\\", ""): m.group(2) for m in re.finditer(r"^\| ([\w\\]+) \| (.*) \|$", markdown, re.M)}
+    assert rows["fsdp_step"] == "✘ fail at place (declared unsupported), from the plugin"
     assert rows["pin_memory"] == "✔ pass ‼ claimed unsupported"
-    assert rows["sdpa"] == "✘ fail at execute ‼ claimed supported"
+    assert rows["sdpa"] == "✘ fail at execute ‼ claimed supported, from the device"
     assert rows["conv2d"] == "✔ pass"
     section = markdown.split("## Claimed vs observed")[1].split("\n## ")[0]
     assert "### Contradicting the plugin (2)" in section and "### Declared unsupported (1)" in section
-    assert "`pin_memory` on c1 (mps-claims.json): ‼ claimed unsupported, but it works; observed ✔ pass" in section
-    assert "`fsdp_step` on c1 (mps-claims.json): agrees; observed ✘ fail at place" in section
+    assert "pin\\_memory on c1 (mps-claims.json): ‼ claimed unsupported, but it works; observed ✔ pass" in section
+    assert "fsdp\\_step on c1 (mps-claims.json): agrees; observed ✘ fail at place" in section
