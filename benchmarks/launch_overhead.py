@@ -1,0 +1,99 @@
+"""``anydevice run -n 2`` against ``torchrun --nproc-per-node 2`` on the same raw DDP script.
+
+    ANYDEVICE=cpu python benchmarks/launch_overhead.py [--steps 20] [--rounds 4]
+
+benchmarks/raw_ddp.py is plain torch (gloo, DistributedDataParallel): both launchers start it
+unchanged. Each round launches it once with each launcher, in rotated order. Reported per
+launcher: start-up (launch to every rank's group up, and to the first step done), wall time of
+the whole launch, and tokens/s per rank after the first step; ratios are anydevice's over
+torchrun's in the same round. Writes benchmarks/results/launch_overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rotate
+
+SCRIPT = Path(__file__).resolve().parent / "raw_ddp.py"
+BIN = Path(sys.executable).parent
+
+
+def launch(cmd: list[str], steps: int, threads: int) -> dict[str, Any]:
+    """Run one launch; returns the ranks' records plus the launch's wall time."""
+    env = {**os.environ, "ANYDEVICE_QUIET": "1", "OMP_NUM_THREADS": str(threads)}
+    t0 = time.time()
+    args = [str(SCRIPT), "--steps", str(steps), "--t0", repr(t0), "--threads", str(threads)]
+    out = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=600)
+    wall = time.time() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    ranks = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"rank"')]
+    if len(ranks) != 2 or {r["world_size"] for r in ranks} != {2}:
+        raise RuntimeError(f"expected 2 ranks of one world of 2, got {ranks}\n{out.stderr[-3000:]}")
+    return {"wall_s": wall, "ranks": sorted(ranks, key=lambda r: r["rank"])}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--out", type=Path, help="JSON file (default benchmarks/results/launch_overhead.json)")
+    opts = p.parse_args(argv)
+    launchers = {
+        "torchrun": [str(BIN / "torchrun"), "--nproc-per-node", "2", "--standalone"],
+        "anydevice run": [str(BIN / "anydevice"), "run", "-n", "2"],
+    }
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in launchers}
+
+    def one(name: str) -> float:
+        run = launch(launchers[name], opts.steps, opts.threads)
+        runs[name].append(run)
+        return float(run["wall_s"])
+
+    wall = rotate.rotate({name: (lambda n=name: one(n)) for name in launchers}, opts.rounds)
+    metrics: dict[str, dict[str, list[float]]] = {}
+    for name, rs in runs.items():
+        metrics[name] = {
+            "wall_s": wall[name],
+            "group_up_s": [max(r["group_up_s"] for r in run["ranks"]) for run in rs],
+            "first_step_done_s": [max(r["first_step_done_s"] for r in run["ranks"]) for run in rs],
+            "interpreter_start_s": [max(r["interpreter_start_s"] for r in run["ranks"]) for run in rs],
+            "tokens_per_s_per_rank": [sum(r["tokens_per_s"] for r in run["ranks"]) / 2 for run in rs],
+        }
+    result: dict[str, Any] = {
+        "benchmark": "launch_overhead",
+        "script": "benchmarks/raw_ddp.py",
+        "machine": rotate.machine(),
+        "nproc": 2,
+        "steps": opts.steps,
+        "rounds": opts.rounds,
+        "threads_per_rank": opts.threads,
+        "commands": {name: " ".join(Path(c).name if i == 0 else c for i, c in enumerate(cmd)) for name, cmd in launchers.items()},
+        "summary": {name: {k: rotate.spread(v) for k, v in m.items()} for name, m in metrics.items()},
+        "ratio_anydevice_to_torchrun": {
+            k: rotate.ratios({"a": metrics["anydevice run"][k], "t": metrics["torchrun"][k]}, "t", ["a"])["a"]
+            for k in metrics["torchrun"]
+        },
+        "last_losses": {name: [r["last_loss"] for r in rs[-1]["ranks"]] for name, rs in runs.items()},
+    }
+    for name, summ in result["summary"].items():
+        print(
+            f"{name:<14} start-up {summ['group_up_s']['median']:.2f} s to group, {summ['first_step_done_s']['median']:.2f} s "
+            f"to first step, wall {summ['wall_s']['median']:.2f} s, {summ['tokens_per_s_per_rank']['median']:.0f} tokens/s/rank"
+        )
+    rotate.write("launch_overhead", result, opts.out)
+    return result
+
+
+if __name__ == "__main__":
+    main()

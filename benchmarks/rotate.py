@@ -1,0 +1,81 @@
+"""Shared by the benchmarks: rotated, interleaved rounds; median ratios with their spread; machine facts.
+
+Every variant runs once per round, in an order that rotates by one place each round, so drift in
+the machine's load (other jobs, thermal state, caches) falls on every variant alike. Ratios are
+paired: each round's time of a variant divided by the same round's baseline, then summarised.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def rotate(variants: Mapping[str, Callable[[], float]], rounds: int, log: bool = True) -> dict[str, list[float]]:
+    """Call every variant once per round, rotating the order; returns each variant's measurements."""
+    names = list(variants)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            samples[name].append(variants[name]())
+        if log:
+            line = ", ".join(f"{n} {samples[n][-1]:.4g}" for n in names)
+            print(f"[round {r + 1}/{rounds}] {line}", file=sys.stderr, flush=True)
+    return samples
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, min, max and the interquartile range of ``values``."""
+    ordered = sorted(values)
+    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 3
+    return {"median": statistics.median(ordered), "min": ordered[0], "max": ordered[-1], "q1": q[0], "q3": q[2]}
+
+
+def ratios(samples: Mapping[str, list[float]], base: str, names: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Per-round ratio of each variant to ``base`` (same round), summarised by :func:`spread`."""
+    out = {}
+    for name in names if names is not None else list(samples):
+        paired = [v / b for v, b in zip(samples[name], samples[base])]
+        out[name] = spread(paired)
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on, including how loaded the machine was."""
+    info: dict[str, Any] = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    try:
+        info["loadavg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def write(name: str, result: dict[str, Any], out: Path | None) -> Path:
+    """Write ``result`` as indented JSON to ``out`` (default ``benchmarks/results/NAME.json``)."""
+    path = out if out is not None else RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
+    print(f"wrote {path}", file=sys.stderr)
+    return path

@@ -1,0 +1,95 @@
+"""The workload every per-step benchmark times: a small byte-level GPT on the repo's corpus.
+
+A copy of the main job's original model (examples/train.py), kept here so the benchmarks measure
+the same thing while the main job's model presets change. Raw torch only: no anydevice import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CORPUS = Path(__file__).resolve().parents[1] / "examples" / "data" / "corpus.txt"
+VOCAB = 256
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention then an MLP."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    """A byte-level decoder-only transformer (2 layers, 128 wide by default)."""
+
+    def __init__(self, d_model: int = 128, n_layers: int = 2, n_heads: int = 4, seq_len: int = 64) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, d_model)
+        self.pos = nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        self.ln = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, VOCAB, bias=False)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tok(idx) + self.pos(positions)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+
+class Windows(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Every (input, next-byte target) window of ``seq_len`` bytes of the corpus."""
+
+    def __init__(self, data: torch.Tensor, seq_len: int) -> None:
+        self.data, self.seq_len = data, seq_len
+
+    def __len__(self) -> int:
+        return len(self.data) - self.seq_len - 1
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        chunk = self.data[i : i + self.seq_len + 1]
+        return chunk[:-1], chunk[1:]
+
+
+_DATA: torch.Tensor | None = None
+
+
+def batches(steps: int, batch_size: int = 16, seq_len: int = 64, seed: int = 0, rank: int = 0, world: int = 1) -> Any:
+    """A DataLoader of ``steps`` random windows per rank (same seed, same data on every rank)."""
+    global _DATA
+    if _DATA is None:
+        _DATA = torch.frombuffer(bytearray(CORPUS.read_bytes()), dtype=torch.uint8).long()
+    dataset = Windows(_DATA, seq_len)
+    generator = torch.Generator().manual_seed(seed)
+    sampler = torch.utils.data.RandomSampler(
+        dataset, replacement=True, num_samples=steps * batch_size * world, generator=generator
+    )
+    indices = list(sampler)[rank::world]
+    return torch.utils.data.DataLoader(torch.utils.data.Subset(dataset, indices), batch_size=batch_size, drop_last=True)
+
+
+def new_model(seed: int = 0) -> tuple[TinyGPT, torch.optim.Optimizer]:
+    """A freshly seeded model and its AdamW optimizer (identical for every variant)."""
+    torch.manual_seed(seed)
+    model = TinyGPT()
+    return model, torch.optim.AdamW(model.parameters(), lr=3e-3)

@@ -1,0 +1,128 @@
+"""Each benchmark script runs end to end with tiny settings and writes a well-formed result.
+
+Speed is never asserted here (benchmarks/README.md): only that the scripts work and that what
+they write has the fields docs/benchmarks.md and benchmarks/plot.py read.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import rotate  # noqa: E402
+
+
+def run(script: str, *args: str, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "ANYDEVICE": "cpu", "ANYDEVICE_QUIET": "1", **(env or {})}
+    out = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, env=full, timeout=timeout, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+def finite_positive(x: float) -> bool:
+    return math.isfinite(x) and x > 0
+
+
+def test_rotate_rotates_the_order_each_round_and_pairs_ratios() -> None:
+    calls: list[str] = []
+
+    def variant(name: str, value: float):  # type: ignore[no-untyped-def]
+        def call() -> float:
+            calls.append(name)
+            return value
+
+        return call
+
+    samples = rotate.rotate({"a": variant("a", 2.0), "b": variant("b", 3.0), "c": variant("c", 4.0)}, 3, log=False)
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    ratios = rotate.ratios(samples, "a")
+    assert ratios["b"]["median"] == pytest.approx(1.5) and ratios["a"]["max"] == 1.0
+    s = rotate.spread([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert (s["median"], s["min"], s["max"]) == (3.0, 1.0, 100.0)
+
+
+def test_step_overhead_runs_every_installed_way(tmp_path: Path) -> None:
+    out = tmp_path / "step.json"
+    run("step_overhead.py", "--steps", "1", "--rounds", "2", "--warmup", "1", "--no-compile", "--out", str(out))
+    result = json.loads(out.read_text())
+    eager = result["ratio_to_raw"]["eager"]
+    expected = {"raw torch [eager]", "raw torch (control) [eager]", "anydevice [eager]"}
+    for peer, module in (("accelerate", "accelerate"), ("fabric", "lightning_fabric")):
+        if importlib.util.find_spec(module) is None:
+            assert peer in result["skipped"]
+        else:
+            expected.add(f"{peer} [eager]")
+    assert set(eager) == expected
+    assert eager["raw torch [eager]"]["median"] == 1.0
+    assert all(finite_positive(r["median"]) for r in eager.values())
+    assert result["rounds"] == 2 and "loadavg_1_5_15" in result["machine"]
+    assert set(result["per_call_us"]) >= {"ad.step", "StepMeter.step"}
+
+
+@pytest.mark.slow
+def test_import_time_discovers_the_dummy_plugins(tmp_path: Path) -> None:
+    out = tmp_path / "import.json"
+    run("import_time.py", "--rounds", "1", "--plugins", "3", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert result["plugin_failures_with_dummies"] == 0
+    assert result["devices_registered_with_dummies"] >= 4  # cpu plus the three dummies at least
+    seconds = result["seconds"]
+    assert {"import anydevice", "select cpu (first ad.device())", "discover +3 plugins", "select cpu with +3 plugins"} <= set(
+        seconds
+    )
+    assert all(finite_positive(s["median"]) for name, s in seconds.items() if name != "python")
+
+
+@pytest.mark.slow
+def test_launch_overhead_runs_both_launchers(tmp_path: Path) -> None:
+    out = tmp_path / "launch.json"
+    run("launch_overhead.py", "--steps", "3", "--rounds", "1", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert set(result["summary"]) == {"torchrun", "anydevice run"}
+    for summary in result["summary"].values():
+        assert finite_positive(summary["tokens_per_s_per_rank"]["median"])
+        assert 0 < summary["group_up_s"]["median"] <= summary["first_step_done_s"]["median"] <= summary["wall_s"]["median"]
+    losses = result["last_losses"]
+    assert losses["torchrun"] == pytest.approx(losses["anydevice run"], abs=1e-5)  # same script, same data
+
+
+def test_presets_records_the_main_jobs_json(tmp_path: Path) -> None:
+    out = tmp_path / "presets.json"
+    run("presets.py", "--steps", "2", "--out", str(out))
+    result = json.loads(out.read_text())
+    tiny = result["presets"]["tiny"]
+    assert finite_positive(tiny["tokens_per_s"]) and tiny["steps"] == 2
+    assert "mfu" in tiny
+    for name in ("125m", "1b", "8b"):
+        assert "skipped" in result["presets"][name]  # cpu: the large presets need an accelerator
+
+
+def test_plot_draws_the_committed_results(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib is in requirements/bench.txt, not in this lane")
+    out = tmp_path / "plot.png"
+    run("plot.py", "--out", str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.xla
+def test_xla_overhead_runs_raw_and_anydevice(tmp_path: Path) -> None:
+    pytest.importorskip("torch_xla")
+    out = tmp_path / "xla.json"
+    run("xla_overhead.py", "--steps", "1", "--rounds", "1", "--warmup", "1", "--no-compile", "--out", str(out),
+        env={"ANYDEVICE": "xla", "PJRT_DEVICE": "CPU"})  # fmt: skip
+    result = json.loads(out.read_text())
+    eager = result["ratio_to_raw"]["eager"]
+    assert set(eager) == {"raw torch_xla [eager]", "raw torch_xla (control) [eager]", "anydevice [eager]"}
+    assert all(finite_positive(r["median"]) for r in eager.values())
