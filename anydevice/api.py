@@ -201,5 +201,4 @@ def fallback_ops() -> dict[str, int]:
     Empty where the device falls back on nothing it can count (eager devices run every op natively
     or raise). On torch_xla these are its ``aten::`` metric counters (e.g. ``upsample_nearest2d_backward``).
     """
-    counter = getattr(current().shims.placement, "fallback_ops", None)
-    return dict(counter()) if callable(counter) else {}
+    return dict(current().shims.placement.fallback_ops())

@@ -181,4 +181,3 @@ class Shims:
     """Variables that libraries which pick a device on their own (Hugging Face Accelerate, Transformers)
     read at import, with the values that make them pick this device. ``anydevice run`` and
     ``anydevice.integrations.transformers`` set them before those libraries are imported."""
-

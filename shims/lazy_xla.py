@@ -265,12 +265,6 @@ class XlaPlacement:
 
         on_main_rank(write, f"save {path}", self.device())
 
-    def fallback_ops(self) -> dict[str, int]:
-        """torch_xla's per-op CPU-fallback counters (``aten::*`` in its metrics) since the process started."""
-        import torch_xla.debug.metrics as met
-
-        return {name: int(met.counter_value(name) or 0) for name in met.counter_names() if name.startswith("aten::")}
-
     def compilations(self) -> int:
         """Graphs compiled since the device was selected (counted at each ``ad.step()``)."""
         return self.recompiles.compilations
