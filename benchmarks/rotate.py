@@ -20,17 +20,26 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def rotate(variants: Mapping[str, Callable[[], float]], rounds: int, log: bool = True) -> dict[str, list[float]]:
-    """Call every variant once per round, rotating the order; returns each variant's measurements."""
+def rotate(
+    variants: Mapping[str, Callable[[], float]], rounds: int, log: bool = True, discard: int = 0
+) -> dict[str, list[float]]:
+    """Call every variant once per round, rotating the order; returns each variant's measurements.
+
+    The first ``discard`` rounds run (in the same rotation) but are not recorded: a warm-up that
+    catches what set-up left cold (lazy graphs of later steps, allocator growth).
+    """
     names = list(variants)
     samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
+    for r in range(discard + rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            samples[name].append(variants[name]())
+        got = {name: variants[name]() for name in order}
+        if r >= discard:
+            for name in names:
+                samples[name].append(got[name])
         if log:
-            line = ", ".join(f"{n} {samples[n][-1]:.4g}" for n in names)
-            print(f"[round {r + 1}/{rounds}] {line}", file=sys.stderr, flush=True)
+            tag = f"warm-up round {r + 1}/{discard}" if r < discard else f"round {r + 1 - discard}/{rounds}"
+            line = ", ".join(f"{n} {got[n]:.4g}" for n in names)
+            print(f"[{tag}] {line}", file=sys.stderr, flush=True)
     return samples
 
 

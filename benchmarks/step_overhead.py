@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--steps", type=int, default=10, help="steps per variant per round")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3, help="steps each variant runs before the rounds (compiles)")
+    p.add_argument("--discard", type=int, default=1, help="warm-up rounds run but not recorded")
     p.add_argument("--no-compile", action="store_true", help="eager variants only")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: steadier on a shared machine)")
     p.add_argument("--out", type=Path, help="JSON file (default benchmarks/results/step_overhead.json)")
@@ -192,13 +193,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             setup_s[label] = time.perf_counter() - start
             print(f"ready: {label} ({setup_s[label]:.1f} s)", file=sys.stderr, flush=True)
             variants[label] = run
-    samples = rotate.rotate(variants, opts.rounds)
+    samples = rotate.rotate(variants, opts.rounds, discard=opts.discard)
     result: dict[str, Any] = {
         "benchmark": "step_overhead",
         "device": str(ad.device()),
         "machine": rotate.machine(),
         "steps_per_round": opts.steps,
         "rounds": opts.rounds,
+        "discarded_warmup_rounds": opts.discard,
         "threads": opts.threads,
         "tokens_per_step": BATCH * SEQ,
         "skipped": skipped,

@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--steps", type=int, default=10, help="steps per variant per round")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--warmup", type=int, default=3, help="steps each variant runs first (traces and compiles)")
+    p.add_argument("--discard", type=int, default=1, help="warm-up rounds run but not recorded")
     p.add_argument("--no-compile", action="store_true", help="eager (lazy tensor) variants only")
     p.add_argument("--out", type=Path, help="JSON file (default benchmarks/results/xla_overhead.json)")
     opts = p.parse_args(argv)
@@ -112,13 +113,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             setup_s[label] = time.perf_counter() - start
             print(f"ready: {label} ({setup_s[label]:.1f} s)", file=sys.stderr, flush=True)
             variants[label] = run
-    samples = rotate.rotate(variants, opts.rounds)
+    samples = rotate.rotate(variants, opts.rounds, discard=opts.discard)
     result: dict[str, Any] = {
         "benchmark": "xla_overhead",
         "device": str(ad.device()),
         "machine": rotate.machine(),
         "steps_per_round": opts.steps,
         "rounds": opts.rounds,
+        "discarded_warmup_rounds": opts.discard,
         "tokens_per_step": BATCH * SEQ,
         "setup_s": setup_s,
         "s_per_step": {name: rotate.spread(v) for name, v in samples.items()},

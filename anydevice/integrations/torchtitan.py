@@ -25,6 +25,16 @@ torchtitan's memory monitor what it reads (torch's CPU module has no ``get_devic
 ``memory_stats``), the monitor is replaced by one that reads :func:`anydevice.memory_stats`
 and logs once why its numbers are -1 (torchtitan's own value for "unknown").
 
+Attention: torchtitan 0.3.0 trains language models only with ``flex`` or ``varlen`` attention
+(``sdpa`` is refused in models/common/config_utils.py ``get_attention_config``). Where torch's
+FlexAttention has no backward (torch 2.13 on cpu: ``NotImplementedError: FlexAttention does not
+support backward on CPU`` from torch/nn/attention/flex_attention.py ``_validate_device``) and
+varlen has no kernel (``aten::_flash_attention_forward`` is CUDA-only), :func:`patch` wraps
+``FlexAttention._compiled_flex_attn``: the first time the device refuses, it logs a warning and
+from then on computes the same attention with ``scaled_dot_product_attention`` under the dense
+form of torchtitan's own ``BlockMask`` (``create_mask(block_mask.mask_mod, ...)``). Exact, and
+O(L^2) memory: fine for the debug model, not for long sequences.
+
 Importing this module imports neither torch nor torchtitan.
 """
 
@@ -69,6 +79,8 @@ class Patched:
     was: tuple[str, str]
     modules: list[str] = field(default_factory=list)
     memory_monitor: str = "torchtitan's DeviceMemoryMonitor"
+    attention: str = "torchtitan's FlexAttention"
+    timeouts: str = "torch.distributed.set_timeout"
 
 
 def device_module() -> tuple[Any, str]:
@@ -81,7 +93,26 @@ def device_module() -> tuple[Any, str]:
     import torch
 
     kind = ad.device().type
-    return torch.get_device_module(kind), f"torch.get_device_module({kind!r}) (this anydevice has no device_module())"
+    module = _IndexedDeviceModule(torch.get_device_module(kind), ad.device().index or 0)
+    return module, f"torch.get_device_module({kind!r}) (this anydevice has no device_module())"
+
+
+class _IndexedDeviceModule:
+    """Stand-in until ``ad.device_module()``: torch's module for the device, ``current_device()`` an int.
+
+    ``torch.cpu.current_device()`` returns the string ``"cpu"``, which torchtitan passes to
+    ``dist.barrier(device_ids=[...])`` (distributed/utils.py ``set_pg_timeouts``): a TypeError.
+    """
+
+    def __init__(self, module: Any, index: int) -> None:
+        self._module, self._index = module, index
+        self.__name__ = getattr(module, "__name__", "device_module")
+
+    def current_device(self) -> int:
+        return self._index
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
 
 
 def patch() -> Patched:
@@ -93,28 +124,28 @@ def patch() -> Patched:
     kind = ad.device().type
     module, source = device_module()
     done = Patched(kind, source, (str(old_type), getattr(old_module, "__name__", repr(old_module))))
-    utils.device_type, utils.device_module = kind, module
-    utils.get_device_info = lambda: (kind, module)
+    setattr(utils, "device_type", kind)  # noqa: B010 - a module's globals, typed as ModuleType
+    setattr(utils, "device_module", module)  # noqa: B010
+    setattr(utils, "get_device_info", lambda: (kind, module))  # noqa: B010
     for name in COPIES:
-        importlib.import_module(name)
+        importlib.import_module(name)  # imported now, they copy the new values; imported before, rebind below
     for name, mod in list(sys.modules.items()):
-        if not name.startswith("torchtitan") or mod is None:
+        if not name.startswith("torchtitan") or mod is None or not hasattr(mod, "device_module"):
             continue
-        rebound = False
-        if getattr(mod, "device_type", None) is old_type and isinstance(old_type, str):
-            mod.device_type = kind
-            rebound = True
+        if getattr(mod, "device_type", None) == old_type:
+            setattr(mod, "device_type", kind)  # noqa: B010
         if getattr(mod, "device_module", None) is old_module:
-            mod.device_module = module
-            rebound = True
-        if rebound:
+            setattr(mod, "device_module", module)  # noqa: B010
+        if getattr(mod, "device_module", None) is module:
             done.modules.append(name)
+    done.attention = _guard_flex_attention()
+    done.timeouts = _pg_timeouts_for_this_torch()
     missing = [f for f in MONITOR_NEEDS if not callable(getattr(module, f, None))]
     if missing or not _memory_stats_work(module):
         _replace_memory_monitor(kind, missing)
         done.memory_monitor = "anydevice.memory_stats()"
     log.info(
-        "torchtitan: device %s (was %s); device_module from %s; rebound in %d modules; memory from %s",
+        "torchtitan: device %s (was %s); device_module from %s, in %d modules; memory from %s",
         kind,
         old_type,
         source,
@@ -122,6 +153,93 @@ def patch() -> Patched:
         done.memory_monitor,
     )
     return done
+
+
+def _pg_timeouts_for_this_torch() -> str:
+    """torchtitan 0.3.0 calls ``torch.distributed.set_timeout``, which torch 2.13 lacks: use its private twin."""
+    import torch.distributed as dist
+
+    if hasattr(dist, "set_timeout"):
+        return "torch.distributed.set_timeout"
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+
+    utils = importlib.import_module("torchtitan.distributed.utils")
+
+    def set_pg_timeouts(timeout: Any, parallel_dims: Any) -> None:
+        """torchtitan's set_pg_timeouts (barrier, synchronize, then every group's timeout) on this torch."""
+        module = importlib.import_module("torchtitan.tools.utils").device_module
+        dist.barrier()
+        module.synchronize()
+        groups = [mesh.get_group() for mesh in parallel_dims.get_all_one_dimensional_meshes().values()]
+        for group in [*groups, None]:
+            _set_pg_timeout(timeout, group)
+
+    setattr(utils, "set_pg_timeouts", set_pg_timeouts)  # noqa: B010
+    log.info(
+        "torchtitan: torch %s has no torch.distributed.set_timeout (torchtitan/distributed/utils.py set_pg_timeouts "
+        "calls it after step 1); using torch.distributed.distributed_c10d._set_pg_timeout",
+        importlib.import_module("torch").__version__,
+    )
+    return "torch.distributed.distributed_c10d._set_pg_timeout"
+
+
+def _guard_flex_attention() -> str:
+    """Fall back to SDPA with the dense block mask where the device's flex_attention has no backward."""
+    attention = importlib.import_module("torchtitan.models.common.attention")
+    flex = attention.FlexAttention
+    original = flex.__dict__["_compiled_flex_attn"]
+    if getattr(original, "_anydevice_guard", False):
+        return "torchtitan's FlexAttention, SDPA where it has no backward"
+    state = {"dense": False}
+
+    def guarded(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        if not state["dense"]:
+            try:
+                return original(q, k, v, **kw)
+            except NotImplementedError as exc:
+                if "backward" not in str(exc):
+                    raise
+                log.warning(
+                    "torchtitan: flex_attention cannot train on %s (%s); using scaled_dot_product_attention "
+                    "with the dense form of torchtitan's block mask from now on",
+                    q.device.type,
+                    exc,
+                )
+                state["dense"] = True
+        return _dense_flex_attention(q, k, v, **kw)
+
+    guarded._anydevice_guard = True  # type: ignore[attr-defined]
+    flex._compiled_flex_attn = staticmethod(guarded)
+    return "torchtitan's FlexAttention, SDPA where it has no backward"
+
+
+def _dense_flex_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    score_mod: Any = None,
+    block_mask: Any = None,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    return_aux: Any = None,
+    kernel_options: Any = None,
+) -> tuple[Any, Any]:
+    """``flex_attention(q, k, v, block_mask=...)`` computed as SDPA under the dense token mask (B, N, L, H)."""
+    import torch.nn.functional as F
+    from torch.nn.attention.flex_attention import AuxOutput, create_mask
+
+    if score_mod is not None or (return_aux is not None and any(return_aux)):
+        raise NotImplementedError(
+            "anydevice's dense attention fallback supports block masks only (no score_mod, no lse/aux outputs); "
+            "use a device whose flex_attention has a backward, or a torchtitan model without them"
+        )
+    mask = None
+    if block_mask is not None:
+        heads = block_mask.kv_num_blocks.shape[1]
+        mask = create_mask(block_mask.mask_mod, q.shape[0], heads, q.shape[-2], k.shape[-2], device=q.device)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=enable_gqa)
+    return out, AuxOutput(lse=None, max_scores=None)
 
 
 def _memory_stats_work(module: Any) -> bool:
@@ -179,8 +297,8 @@ def _replace_memory_monitor(kind: str, missing: list[str]) -> None:
         log.info("%s capacity: %s (from anydevice.memory_stats)", kind.upper(), monitor.device_name)
         return monitor
 
-    metrics.DeviceMemoryMonitor = AnyDeviceMemoryMonitor
-    metrics.build_device_memory_monitor = build
+    setattr(metrics, "DeviceMemoryMonitor", AnyDeviceMemoryMonitor)  # noqa: B010
+    setattr(metrics, "build_device_memory_monitor", build)  # noqa: B010
 
 
 def run(argv: Sequence[str] | None = None) -> None:

@@ -55,7 +55,7 @@ def test_rotate_rotates_the_order_each_round_and_pairs_ratios() -> None:
 
 def test_step_overhead_runs_every_installed_way(tmp_path: Path) -> None:
     out = tmp_path / "step.json"
-    run("step_overhead.py", "--steps", "1", "--rounds", "2", "--warmup", "1", "--no-compile", "--out", str(out))
+    run("step_overhead.py", "--steps", "1", "--rounds", "2", "--warmup", "1", "--discard", "0", "--no-compile", "--out", str(out))
     result = json.loads(out.read_text())
     eager = result["ratio_to_raw"]["eager"]
     expected = {"raw torch [eager]", "raw torch (control) [eager]", "anydevice [eager]"}
@@ -120,7 +120,7 @@ def test_plot_draws_the_committed_results(tmp_path: Path) -> None:
 def test_xla_overhead_runs_raw_and_anydevice(tmp_path: Path) -> None:
     pytest.importorskip("torch_xla")
     out = tmp_path / "xla.json"
-    run("xla_overhead.py", "--steps", "1", "--rounds", "1", "--warmup", "1", "--no-compile", "--out", str(out),
+    run("xla_overhead.py", "--steps", "1", "--rounds", "1", "--warmup", "2", "--discard", "0", "--no-compile", "--out", str(out),
         env={"ANYDEVICE": "xla", "PJRT_DEVICE": "CPU"})  # fmt: skip
     result = json.loads(out.read_text())
     eager = result["ratio_to_raw"]["eager"]

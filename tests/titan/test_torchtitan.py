@@ -1,0 +1,73 @@
+"""torchtitan's llama3 debug model trains on the selected device (cpu here) through anydevice.integrations.torchtitan.
+
+Runs in the titan lane (requirements/titan.txt): real torchtitan, no edits to its files, no
+downloads: a byte-level BPE tokenizer (512 tokens) and a JSON-lines dataset are made from the
+repo's corpus in a temporary directory and passed as torchtitan's ``hf_assets_path`` and
+``dataloader.dataset_path``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.titan, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "examples" / "data" / "corpus.txt"
+STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*([0-9.eE+-]+|nan|inf)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def make_assets(root: Path) -> tuple[Path, Path]:
+    """A tokenizer (tokenizer.json + tokenizer_config.json) and a c4-shaped dataset, from the corpus."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    text = CORPUS.read_text()
+    tok_dir, data_dir = root / "tokenizer", root / "c4_test"
+    tok_dir.mkdir(parents=True)
+    data_dir.mkdir()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>"]
+    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(text.splitlines(), trainer)
+    tok.save(str(tok_dir / "tokenizer.json"))
+    config = {"bos_token": specials[0], "eos_token": specials[1], "add_bos_token": True, "add_eos_token": True}
+    (tok_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    paragraphs = [p for p in text.split("\n\n") if p.strip()]
+    (data_dir / "c4-train.json").write_text("".join(json.dumps({"text": p}) + "\n" for p in paragraphs))
+    return tok_dir, data_dir
+
+
+def test_llama3_debug_model_trains_on_the_selected_device(tmp_path: Path) -> None:
+    pytest.importorskip("torchtitan", reason="the titan lane (requirements/titan.txt) has torchtitan")
+    tok_dir, data_dir = make_assets(tmp_path)
+    steps = 6
+    cmd = [
+        sys.executable, "-m", "anydevice.integrations.torchtitan",
+        "--module", "llama3", "--config", "llama3_debugmodel",
+        "--hf_assets_path", str(tok_dir), "--dataloader.dataset_path", str(data_dir),
+        "--training.steps", str(steps), "--training.seq_len", "128", "--training.local_batch_size", "2",
+        "--dump_folder", str(tmp_path / "out"),
+    ]  # fmt: skip
+    env = {**os.environ, "ANYDEVICE": "cpu", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env.pop("LOCAL_RANK", None)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500, cwd=tmp_path)
+    log = ANSI.sub("", out.stdout + out.stderr)
+    assert out.returncode == 0, log[-5000:]
+    assert "torchtitan: device cpu (was cuda)" in log  # torchtitan's own pick on a machine without CUDA
+    losses = {int(s): float(v) for s, v in STEP.findall(log)}
+    assert sorted(losses) == list(range(1, steps + 1)), log[-3000:]
+    values = [losses[s] for s in sorted(losses)]
+    assert all(math.isfinite(v) for v in values)
+    assert values[0] == pytest.approx(math.log(2048), rel=0.15)  # random init over the debug model's 2048 logits
+    assert min(values[-2:]) < values[0] - 0.5  # it learns
