@@ -20,6 +20,7 @@ def _last_json(stdout: str) -> dict[str, object]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # subprocesses that import torch + HF libraries; slow on a loaded machine
 @pytest.mark.parametrize(
     ("selected", "launch", "device", "optim"),
     [
