@@ -32,6 +32,7 @@ def test_hf_llama_loop_passes_on_cpu_with_numerics(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # subprocesses that import torch + HF libraries; slow on a loaded machine
 def test_hf_trainer_passes_on_cpu(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ANYDEVICE", "cpu")
     result = run_probe(_probe("hf_trainer"), ad, ad.device())
@@ -39,6 +40,7 @@ def test_hf_trainer_passes_on_cpu(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # subprocesses that import torch + HF libraries; slow on a loaded machine
 def test_cuda_compat_script_passes_or_says_why(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ANYDEVICE", "cpu")
     result = run_probe(_probe("cuda_compat_script"), ad, ad.device())

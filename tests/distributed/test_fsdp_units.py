@@ -75,6 +75,7 @@ def test_plan_without_blocks_is_one_unit():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # subprocesses that import torch + HF libraries; slow on a loaded machine
 def test_fsdp_on_tied_llama_shards_per_layer_and_matches_ddp():
     runs = {s: anydevice_run("-n", "2", WORKERS / "fsdp_llama.py", s, timeout=300, ANYDEVICE_QUIET="") for s in ("ddp", "fsdp")}
     for strategy, result in runs.items():

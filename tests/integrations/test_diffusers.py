@@ -20,6 +20,7 @@ def run_ddpm(device: str, *flags: str, steps: int = 3) -> dict[str, object]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # subprocesses that import torch + HF libraries; slow on a loaded machine
 def test_unet_trains_and_ddpm_samples_reproducibly_on_cpu():
     first, second = run_ddpm("cpu"), run_ddpm("cpu")
     assert first["device"] == "cpu" and first["fallback_ops"] == {}

@@ -68,6 +68,7 @@ def test_device_map_loads_from_pretrained_on_the_selected_device(tmp_path: Path,
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # subprocesses that import torch + HF libraries; slow on a loaded machine
 def test_trainer_under_anydevice_run_is_one_world_2_job():
     """The unported Trainer script (no anydevice line at all): `anydevice run -n 2` makes one group of 2."""
     result = anydevice_run("-n", "2", PORTS / "original" / "trainer_llama.py", "2", timeout=600, HF_HUB_OFFLINE="1")

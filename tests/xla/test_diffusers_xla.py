@@ -21,6 +21,7 @@ DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=10)).enable_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # subprocesses that import torch + HF libraries; slow on a loaded machine
 def test_unet_trains_and_samples_on_xla_and_reports_the_cpu_fallback():
     from tests.integrations.test_diffusers import run_ddpm
 
@@ -35,6 +36,7 @@ def test_unet_trains_and_samples_on_xla_and_reports_the_cpu_fallback():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # subprocesses that import torch + HF libraries; slow on a loaded machine
 def test_model_cpu_offload_on_xla_fails_for_the_documented_reason():
     """diffusers 0.42 empties the cache through torch.get_device_module('xla'), which torch_xla does not register."""
     result = python("-c", OFFLOAD, env={"ANYDEVICE": "xla", "HF_HUB_OFFLINE": "1"}, timeout=900)
