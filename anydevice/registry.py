@@ -300,11 +300,6 @@ class Registry:
         detections = self.detect_all()
         return [n for n in self.names() if detections[n].available]
 
-    def clashes(self) -> list[PluginFailure]:
-        """The name and alias clashes found while loading (also part of :attr:`failures`)."""
-        self.load()
-        return [f for f in self.failures if f.stage == "clash"]
-
     def call_hook(self, hook: str, register: Callable[[object], None]) -> None:
         """Call a registration hook on every plugin, isolating each plugin's failures."""
         self.load()
