@@ -55,7 +55,7 @@ def hardware(pjrt: str) -> tuple[bool, str]:
     if spec is None or spec.find_hardware is None:
         return True, f"{pjrt} hardware not checked (no installed plugin scans for it)"
     found = spec.find_hardware()
-    seen = f"{len(found)} {pjrt} device(s)" if found else f"no {pjrt} device (the {spec.name} plugin's scan found none)"
+    seen = f"{len(found)} {pjrt} device(s)" if found else f"no {pjrt} chip (the {spec.name} plugin's hardware scan found none)"
     return bool(found), seen
 
 

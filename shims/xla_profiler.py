@@ -107,13 +107,13 @@ class XlaProfiling:
         port: int | None = None,
         **unsupported: Any,
     ) -> Iterator[TraceSession]:
+        global _active
         asked = sorted(k for k, v in unsupported.items() if v)
         if asked:
             raise UnsupportedFeatureError(
                 f"torch_xla's profiler has no option {', '.join(asked)}.",
                 "Supported: wait, warmup, active (steps, advanced by ad.step()) and port (an XProf capture server).",
             )
-        global _active
         if _active is not None:
             raise UnsupportedFeatureError("A torch_xla trace is already recording in this process.", "Do not nest ad.profile().")
         if port is not None and self._server is None:
