@@ -189,13 +189,20 @@ class Llama(nn.Module):
             self.init_weights()
 
     def init_weights(self) -> None:
-        """Normal(0, 0.02) weights, output projections scaled by depth (GPT-2), unit norms; fresh rotary tables."""
-        std = 0.02
+        """torchtitan's Llama initialisation: unit-normal embeddings, Normal(0, 0.02) block weights with the
+        residual projections scaled by depth, Normal(0, d_model**-0.5) output head, unit norms; fresh rotary tables."""
         with torch.no_grad():
             for name, module in self.named_modules():
-                if isinstance(module, (nn.Linear, nn.Embedding)):
-                    scaled = name.endswith(("attention.wo", "mlp.w2"))
-                    nn.init.normal_(module.weight, mean=0.0, std=std / math.sqrt(2 * self.config.n_layers) if scaled else std)
+                if isinstance(module, nn.Embedding):
+                    nn.init.normal_(module.weight)
+                elif isinstance(module, nn.Linear):
+                    if name == "output":
+                        std = self.config.d_model**-0.5
+                    elif name.endswith(("attention.wo", "mlp.w2")):
+                        std = 0.02 / math.sqrt(2 * self.config.n_layers)
+                    else:
+                        std = 0.02
+                    nn.init.normal_(module.weight, mean=0.0, std=std)
                 elif isinstance(module, nn.RMSNorm):
                     module.reset_parameters()
             cos, sin = rotary_tables(self.config, self.cos.device)

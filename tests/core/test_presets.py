@@ -57,7 +57,7 @@ def test_tiny_trains_a_step_with_grouped_query_attention() -> None:
     model = llama.Llama(config)
     x = torch.randint(0, config.vocab_size, (2, 16))
     loss = model(x, torch.roll(x, -1, dims=1))
-    assert loss.shape == () and abs(loss.item() - torch.log(torch.tensor(256.0)).item()) < 0.5  # near uniform at init
+    assert loss.shape == () and abs(loss.item() - torch.log(torch.tensor(256.0)).item()) < 1.0  # near uniform at init
     loss.backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
