@@ -110,13 +110,14 @@ def test_ctrl_c_ends_the_run_with_one_line_and_status_130(tmp_path: Path) -> Non
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def test_sigint_to_the_launcher_alone_stops_the_ranks_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_launcher_alone_stops_the_ranks_in_one_line(sig: signal.Signals, tmp_path: Path) -> None:
     proc, ranks = start(["-m", "anydevice", "run", "-n", "2"], tmp_path)
     try:
-        proc.send_signal(signal.SIGINT)  # kill -INT <launcher>: it relays the signal to the ranks
+        proc.send_signal(sig)  # kill -INT / -TERM <launcher>: it relays the signal to the ranks
         _, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 130
-        assert stderr.strip().splitlines() == ["anydevice run: interrupted by SIGINT; every rank was stopped."]
+        assert proc.returncode == 128 + sig
+        assert stderr.strip().splitlines() == [f"anydevice run: interrupted by {sig.name}; every rank was stopped."]
         assert gone_within(ranks, 5.0) == []
     finally:
         if proc.poll() is None:
