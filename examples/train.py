@@ -329,7 +329,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     if world > 1:
         ad.distributed.init()
     rank = ad.distributed.rank()
-    main_rank = rank == 0
+    main_rank = rank == 0 or world == 1  # a stray RANK without a world is still the only (main) process
     ad.manual_seed(args.seed)
     config: LlamaConfig = args.config
     amp = amp_by_default() if args.amp is None else args.amp
@@ -436,6 +436,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "replicas_agree": replicas_agree,
         "profile_files": profile_files,
         "versions": b.versions,
+        "main": main_rank,  # main() prints the result on this rank only
     }
     return result
 
@@ -461,12 +462,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except NonFiniteLoss as exc:
-        if ad.distributed.is_main():
+        if ad.distributed.is_main() or ad.distributed.world_size() == 1:
             print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
         ad.distributed.shutdown()  # after train() returned: its wrapped model can be freed before the group goes
-    if result["rank"] == 0:
+    if result.pop("main"):
         print(json.dumps(result), flush=True)  # the job's one result: the main rank's, job-wide
     return 0
 
