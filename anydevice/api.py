@@ -82,13 +82,7 @@ def generator(seed: int) -> torch.Generator:
     result, ``torch.randn(shape, generator=g).to(ad.device())``, which is what diffusers'
     ``randn_tensor`` does when handed a CPU generator. Same seed, same numbers on every device.
     """
-    placement = current().shims.placement
-    own: Callable[[int], torch.Generator] | None = getattr(placement, "generator", None)
-    if own is not None:
-        return own(seed)
-    import torch  # a plugin written before Placement.generator existed
-
-    return torch.Generator(device=device()).manual_seed(int(seed))
+    return current().shims.placement.generator(seed)
 
 
 def memory_stats() -> MemoryStats:

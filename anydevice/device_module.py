@@ -326,17 +326,4 @@ def device_module() -> Any:
     """
     from anydevice.backend import current
 
-    backend = current()
-    placement = backend.shims.placement
-    own: Callable[[], Any] | None = getattr(placement, "device_module", None)
-    if own is not None:
-        return own()
-    # A plugin written before Placement.device_module existed: the generic module on its placement.
-    cached = _generic.get(id(placement))
-    if cached is None or cached[0] is not placement:
-        module = DeviceModule(backend.name, placement, seed=placement.manual_seed, chip=lambda: backend.chip)
-        cached = _generic[id(placement)] = (placement, module)
-    return cached[1]
-
-
-_generic: dict[int, tuple[Any, DeviceModule]] = {}
+    return current().shims.placement.device_module()
