@@ -114,9 +114,10 @@ class StepMeter:
     """Times training steps and turns them into throughput and MFU.
 
     Call :meth:`step` once at the end of every step, after :func:`anydevice.step` (which ends
-    the graph on lazy devices): it synchronises the device, so queued work on async devices and
-    the step's graph on lazy ones are counted in the step that issued them. The first
-    ``warmup`` steps (compilation, allocator growth) are not timed.
+    the graph on lazy devices). It only counts: the device is synchronised twice in a run, when
+    the timed window opens (after the ``warmup`` steps: compilation, allocator growth) and when it
+    closes (:meth:`stop`, or :meth:`report`), so the loop never stalls an async or lazy device
+    once a step, and the window still holds every step's device work.
 
     :param flops_per_step: model FLOPs of one step over all chips (e.g.
         ``flops_per_token_from_config(cfg) * tokens_per_step``); needed for MFU.
@@ -142,33 +143,55 @@ class StepMeter:
         self.chips = chips
         self.warmup = warmup
         self.steps = 0
-        self.timed_steps = 0
-        self._timed_seconds = 0.0
-        self._last: float | None = None
+        self._opened_at_step: int | None = None  # steps done when the timed window opened
+        self._opened: float | None = None
+        self._closed: tuple[int, float] | None = None  # (steps, time) when stop() closed the window
 
     def start(self) -> None:
-        """Start the clock now, so that the first step can be timed (with ``warmup=0``).
+        """Open the timed window now, so that the first step can be timed (with ``warmup=0``).
 
-        Without it the clock starts at the end of the first step, which is then never timed.
+        Without it the window opens at the end of step ``max(warmup, 1)``.
         """
-        current().shims.placement.synchronize()
-        self._last = time.perf_counter()
+        if self.warmup == 0 and self.steps == 0:
+            self._open()
 
     def step(self) -> None:
-        """End one step: synchronise the device and record the step's duration."""
-        current().shims.placement.synchronize()
-        now = time.perf_counter()
-        if self._last is not None and self.steps >= self.warmup:
-            self._timed_seconds += now - self._last
-            self.timed_steps += 1
-        self._last = now
+        """End one step: count it; opens the timed window once the warm-up steps are done."""
         self.steps += 1
+        if self._opened is None and self.steps >= max(self.warmup, 1):
+            self._open()
+
+    def stop(self) -> None:
+        """Close the timed window (synchronising the device): later work, e.g. a final checkpoint, is not timed."""
+        if self._opened is not None and self._closed is None:
+            current().shims.placement.synchronize()
+            self._closed = (self.steps, time.perf_counter())
+
+    def _open(self) -> None:
+        current().shims.placement.synchronize()
+        self._opened, self._opened_at_step = time.perf_counter(), self.steps
+
+    @property
+    def timed_steps(self) -> int:
+        """Steps inside the timed window."""
+        if self._opened_at_step is None:
+            return 0
+        end = self._closed[0] if self._closed else self.steps
+        return end - self._opened_at_step
+
+    def _timed_seconds(self) -> float:
+        if self._opened is None:
+            return 0.0
+        if self._closed is not None:
+            return self._closed[1] - self._opened
+        current().shims.placement.synchronize()
+        return time.perf_counter() - self._opened
 
     def report(self) -> MeterReport:
         """Step time, throughput, FLOP/s and MFU over the timed steps."""
         import torch
 
-        seconds = self._timed_seconds
+        seconds = self._timed_seconds()
         rate = self.timed_steps / seconds if self.timed_steps and seconds > 0 else None
         backend = current()
         profiling = backend.shims.profiling

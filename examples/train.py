@@ -394,6 +394,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             if done == args.crash_at_step and resumed_from is None and args.crash_rank in (None, rank):
                 print(f"rank {rank}: injected crash after step {done}", file=sys.stderr, flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)  # a real, unclean death: no cleanup, no final checkpoint
+    meter.stop()  # the timed window ends with the last step, before the final read and checkpoint
     if pending:
         losses += read_losses(pending, world)
     by_rank = ad.distributed.all_gather(last.float().reshape(1)).cpu().flatten().tolist() if last is not None else []
