@@ -74,7 +74,8 @@ class DeviceSpec:
     :param vendor_modules: top-level modules the device imports once selected (``info`` and ``doctor``
         report which of them a process has imported).
     :param paired_packages: distributions whose version must pair with torch's -> the rule
-        (``lockstep`` or ``requires_dist``); ``doctor`` checks each before anything is imported.
+        (``lockstep`` or ``requires_dist``), or a function of the installed version giving the rule
+        (for a package whose versioning changed); ``doctor`` checks each before anything is imported.
     :param pjrt_names: ``PJRT_DEVICE`` values that mean this device's hardware (``TPU``; ``CUDA`` and ``GPU``).
     :param find_hardware: cheap scan for the device's chips or device nodes, needing no package and
         importing nothing; returns one entry per chip or node found. Other plugins use it through the
@@ -101,8 +102,8 @@ class DeviceSpec:
     """Probe name -> why the plugin does not support it (what the matrix expects to fail or skip)."""
     vendor_modules: tuple[str, ...] = ()
     """Top-level modules the device imports once selected (``torch_xla``); reported by ``info``/``doctor``."""
-    paired_packages: Mapping[str, PairRule] = field(default_factory=dict)
-    """Distribution -> how its version must pair with torch's; ``doctor`` checks each one."""
+    paired_packages: Mapping[str, PairRule | Callable[[str], PairRule]] = field(default_factory=dict)
+    """Distribution -> how its version must pair with torch's (or version -> rule); ``doctor`` checks each one."""
     pjrt_names: tuple[str, ...] = ()
     """``PJRT_DEVICE`` values that name this device's hardware."""
     find_hardware: Callable[[], list[str]] | None = None

@@ -52,18 +52,25 @@ def check_torch(ctx: Context) -> list[Check]:
     return [Check("torch", "ok", f"torch {build.get('version')} ({kind} build)")]
 
 
-def paired_packages(registry: Registry) -> dict[str, versions.PairRule]:
+def paired_packages(registry: Registry) -> dict[str, versions.PairRule | Callable[[str], versions.PairRule]]:
     """Every vendor distribution a device declares must pair with torch, with its rule (first declaration wins)."""
-    pairs: dict[str, versions.PairRule] = {}
+    pairs: dict[str, versions.PairRule | Callable[[str], versions.PairRule]] = {}
     for name in registry.names():
         for package, rule in registry.get(name).spec.paired_packages.items():
             pairs.setdefault(package, rule)
     return pairs
 
 
+def _pair(package: str, rule: versions.PairRule | Callable[[str], versions.PairRule]) -> versions.PairCheck | None:
+    if isinstance(rule, str):
+        return versions.check_pair(package, rule)
+    installed = detect.version_of(package)
+    return None if installed is None else versions.check_pair(package, rule(installed))
+
+
 def check_pairs(ctx: Context) -> list[Check]:
     declared = paired_packages(ctx.registry)
-    found = [(package, versions.check_pair(package, rule)) for package, rule in declared.items()]
+    found = [(package, _pair(package, rule)) for package, rule in declared.items()]
     checks = [
         Check(package, "ok" if pair.ok else "fail", pair.reason, None if pair.ok else pair.fix)
         for package, pair in found

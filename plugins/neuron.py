@@ -213,7 +213,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             description="AWS Trainium / Inferentia (torch-neuronx: native TorchNeuron 2.14+, else XLA)",
             verified_on_hardware=False,
             vendor_modules=("torch_neuronx", "torch_xla"),
-            paired_packages={DISTRIBUTION: pair_rule(d.version_of(DISTRIBUTION)), "torch_xla": "lockstep"},
+            paired_packages={DISTRIBUTION: pair_rule, "torch_xla": "lockstep"},
             pjrt_names=("NEURON",),
             find_hardware=neuron_devices,
             ray_resource="neuron_cores",
