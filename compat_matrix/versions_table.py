@@ -7,19 +7,15 @@ pairing rule anydevice's version preflight applies to that package (lockstep ``x
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
-from types import ModuleType
 from typing import Any
 
 from anydevice.compat_matrix.merge import Column, Matrix
 
 TORCH_RANGE = ("2.9", "2.15")
 """The torch releases anydevice supports (README: "torch 2.9 to 2.15")."""
-
-_VERSION_MODULES = ("anydevice.shims.versions", "anydevice.versions", "anydevice.pairs")
 
 
 @dataclass
@@ -33,41 +29,36 @@ class PluginVersions:
     columns: list[Column] = field(default_factory=list)
 
 
-def _rules() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(lockstep packages, packages whose metadata declares their torch), wherever the preflight lives."""
-    for name in _VERSION_MODULES:
-        try:
-            module: ModuleType = importlib.import_module(name)
-        except ImportError:
-            continue
-        lockstep = getattr(module, "LOCKSTEP", None)
-        if lockstep is not None:
-            return tuple(lockstep), tuple(getattr(module, "REQUIRES_DIST", ()))
-    return (), ()
+def supported_text(vendor_package: str | None, rule: object = None) -> str:
+    """The torch / vendor pairs a device with ``vendor_package`` supports, in words.
 
-
-def supported_text(vendor_package: str | None) -> str:
-    """The torch / vendor pairs a device with ``vendor_package`` supports, in words."""
+    ``rule`` is what the plugin declares for the package in ``DeviceSpec.paired_packages``:
+    ``"lockstep"``, ``"requires_dist"``, a function of the installed version, or None.
+    """
     low, high = TORCH_RANGE
-    lockstep, requires_dist = _rules()
     if vendor_package is None:
         return f"torch {low} to {high}: the device is built into torch"
     if vendor_package == "torch":
         return f"torch {low} to {high} (its CUDA or ROCm build)"
-    if vendor_package in lockstep:
+    if rule == "lockstep":
         return f"{vendor_package} x.y with torch x.y (lockstep), for torch {low} to {high}"
-    if vendor_package in requires_dist:
+    if rule == "requires_dist":
         return f"the torch range {vendor_package}'s own metadata declares (Requires-Dist), within torch {low} to {high}"
+    if callable(rule):
+        return (
+            f"{vendor_package} with torch {low} to {high}; the pairing rule depends on the installed "
+            f"{vendor_package} release (lockstep or its own Requires-Dist), checked before import"
+        )
     return f"{vendor_package} with torch {low} to {high}; the plugin declares no pairing rule"
 
 
-def _builtin_devices() -> list[tuple[str, str, str | None]]:
-    """``(plugin, device, vendor_package)`` for every plugin anydevice itself ships (its own entry points)."""
+def _builtin_devices() -> list[tuple[str, str, str | None, object]]:
+    """``(plugin, device, vendor_package, pairing rule)`` for every plugin anydevice itself ships."""
     try:
         dist = metadata.distribution("anydevice")
     except metadata.PackageNotFoundError:
         return []
-    found: list[tuple[str, str, str | None]] = []
+    found: list[tuple[str, str, str | None, object]] = []
     for ep in sorted((e for e in dist.entry_points if e.group == "anydevice"), key=lambda e: e.name):
         try:
             module = ep.load()
@@ -79,16 +70,21 @@ def _builtin_devices() -> list[tuple[str, str, str | None]]:
             hook(register=specs.append)
         except Exception:
             continue
-        found += [(ep.name, str(spec.name), spec.vendor_package) for spec in specs]
+        found += [
+            (ep.name, str(spec.name), spec.vendor_package, dict(spec.paired_packages).get(spec.vendor_package or ""))
+            for spec in specs
+        ]
     return found
 
 
-def plugin_versions(matrix: Matrix, builtin: Iterable[tuple[str, str, str | None]] | None = None) -> list[PluginVersions]:
+def plugin_versions(matrix: Matrix, builtin: Iterable[tuple[str, str, str | None, object]] | None = None) -> list[PluginVersions]:
     """One row per plugin: every built-in one, plus any plugin a result file names."""
     rows: dict[str, PluginVersions] = {}
-    for plugin, device, vendor in _builtin_devices() if builtin is None else builtin:
+    rules: dict[str, object] = {}
+    for plugin, device, vendor, rule in _builtin_devices() if builtin is None else builtin:
         row = rows.setdefault(plugin, PluginVersions(plugin, vendor_package=vendor))
         row.devices.append(device)
+        rules.setdefault(plugin, rule)
     for column in matrix.columns:
         run = column.runs[0].run
         row = rows.setdefault(run.plugin.name, PluginVersions(run.plugin.name, [run.hardware.device_type]))
@@ -96,7 +92,7 @@ def plugin_versions(matrix: Matrix, builtin: Iterable[tuple[str, str, str | None
             row.vendor_package = run.plugin.vendor_package
         row.columns.append(column)
     for row in rows.values():
-        row.supported = supported_text(row.vendor_package)
+        row.supported = supported_text(row.vendor_package, rules.get(row.plugin))
     return sorted(rows.values(), key=lambda r: (not r.columns, r.plugin))
 
 

@@ -21,6 +21,10 @@ torch.testing.assert_close(out, model(x))
 print(ad.backend().shims.compilation.cache_dir())
 """
 
+# torch's inductor writes its default into TORCHINDUCTOR_CACHE_DIR of the process that compiled first
+# (the test runner, when an earlier test compiled): the child must not inherit that choice.
+NO_INHERITED_CACHE = {"TORCHINDUCTOR_CACHE_DIR": ""}
+
 
 def _blocked(tmp_path: Path) -> Path:
     """A path no one can create: its parent is a regular file (permission bits do not stop root; this does)."""
@@ -50,7 +54,7 @@ def test_an_unwritable_cache_dir_falls_back_with_one_warning(tmp_path: Path) -> 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     cache = _blocked(tmp_path)
-    proc = python("-c", COMPILE, env={"ANYDEVICE": "cpu", "ANYDEVICE_CACHE_DIR": str(cache), "TMPDIR": str(tmp)})
+    proc = python("-c", COMPILE, env={**NO_INHERITED_CACHE, "ANYDEVICE": "cpu", "ANYDEVICE_CACHE_DIR": str(cache), "TMPDIR": str(tmp)})
     _check(proc.stdout, proc.stderr, proc.returncode, tmp, str(cache))
 
 
@@ -59,5 +63,5 @@ def test_a_read_only_home_falls_back_with_one_warning(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     home = _blocked(tmp_path)
-    proc = python("-c", COMPILE, env={"ANYDEVICE": "cpu", "HOME": str(home), "TMPDIR": str(tmp)})
+    proc = python("-c", COMPILE, env={**NO_INHERITED_CACHE, "ANYDEVICE": "cpu", "HOME": str(home), "TMPDIR": str(tmp)})
     _check(proc.stdout, proc.stderr, proc.returncode, tmp, "~/.cache/anydevice")

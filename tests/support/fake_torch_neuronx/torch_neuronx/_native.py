@@ -29,8 +29,20 @@ def load() -> str:
 
     directory = build_dir()
     directory.mkdir(parents=True, exist_ok=True)
+    _drop_stale_lock(directory / "lock")
     return str(
         cpp_extension.load(
             name=NAME, sources=[str(SOURCE)], build_directory=str(directory), is_python_module=False, verbose=False
         )
     )
+
+
+def _drop_stale_lock(lock: Path, max_age_s: float = 600.0) -> None:
+    """Remove a build lock left by a build that was killed: torch's builder would wait on it forever."""
+    import time
+
+    try:
+        if time.time() - lock.stat().st_mtime > max_age_s:
+            lock.unlink()
+    except FileNotFoundError:
+        pass
