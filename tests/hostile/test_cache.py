@@ -54,7 +54,9 @@ def test_an_unwritable_cache_dir_falls_back_with_one_warning(tmp_path: Path) -> 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     cache = _blocked(tmp_path)
-    proc = python("-c", COMPILE, env={**NO_INHERITED_CACHE, "ANYDEVICE": "cpu", "ANYDEVICE_CACHE_DIR": str(cache), "TMPDIR": str(tmp)})
+    proc = python(
+        "-c", COMPILE, env={**NO_INHERITED_CACHE, "ANYDEVICE": "cpu", "ANYDEVICE_CACHE_DIR": str(cache), "TMPDIR": str(tmp)}
+    )
     _check(proc.stdout, proc.stderr, proc.returncode, tmp, str(cache))
 
 
