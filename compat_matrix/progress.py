@@ -3,7 +3,9 @@ that needs attention, a bar on a terminal, and the run's summary."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from anydevice.compat_matrix.claims import mismatch
@@ -13,15 +15,38 @@ from anydevice.progress import Progress as _Progress
 
 _QUIET = (Status.PASS, Status.SKIP, Status.FAKE)
 
+GROUP_COST_S = {"compilation": 4.0, "collectives": 4.0, "profiling": 3.0, "workloads": 20.0}
+"""Rough seconds a probe of each group takes on a CPU, for the ETA when no earlier run says (others: 1 s)."""
+
 
 class ProbeProgress(_Progress):
     """Reports each finished probe; ``tty=None`` decides from the stream."""
 
     def __init__(self, total: int, stream: TextIO | None = None, tty: bool | None = None) -> None:
         super().__init__(total, "probing", stream, tty)
+        self._expected: dict[str, float] = {}
+        self._finished: set[str] = set()
+
+    def expect(self, probes: Sequence[tuple[str, str]], earlier: Mapping[str, float] | None = None) -> None:
+        """Weigh the ETA by each probe's cost: ``(name, group)`` pairs in run order, and the seconds
+        each probe took in an ``earlier`` run (else a per-group guess). Probes differ 100-fold in cost,
+        so a plain per-probe pace says "6 s left" just before the slow groups start."""
+        earlier = earlier or {}
+        self._expected = {name: max(earlier.get(name, GROUP_COST_S.get(group, 1.0)), 0.01) for name, group in probes}
+
+    def eta_s(self) -> float | None:
+        """Seconds left: the remaining probes' expected cost at the pace measured on the finished ones."""
+        if not self._expected:
+            return super().eta_s()
+        done = sum(self._expected.get(name, 0.0) for name in self._finished)
+        if done <= 0:
+            return None
+        left = sum(cost for name, cost in self._expected.items() if name not in self._finished)
+        return (time.monotonic() - self.started) / done * left
 
     def result(self, result: ProbeResult) -> None:
         """One probe finished: advance, and print a line for every result that is not plainly fine."""
+        self._finished.add(result.probe)
         label = f"{SYMBOL[result.status]} {result.status.value}"
         reason = f": {result.reason}" if result.reason else ""
         if self.tty and result.status not in _QUIET:

@@ -41,6 +41,7 @@ from anydevice.compat_matrix.schema import (
     Status,
     bounded,
     dump_run,
+    load_run,
 )
 
 SETUP_TIMEOUT_MIN = 180.0
@@ -58,6 +59,16 @@ class _State:
     setup_error: dict[str, Any] | None = None
     gated: str | None = None
     notices: list[str] = field(default_factory=list)
+
+
+def _earlier_durations(out: Path | None) -> dict[str, float]:
+    """Seconds each probe took in the run ``out`` holds from last time (for the ETA); empty when none loads."""
+    if out is None or not out.is_file():
+        return {}
+    try:
+        return {r.probe: r.duration_s for r in load_run(out).results}
+    except Exception:  # an unreadable earlier file only costs the ETA its weights
+        return {}
 
 
 def run_probes(
@@ -85,6 +96,7 @@ def run_probes(
     probes = catalog.select(every, only)
     progress = progress or ProbeProgress(len(probes))
     progress.total = len(probes)
+    progress.expect([(p.name, p.group) for p in probes], _earlier_durations(out))
     state = _State(notices=list(problems))
     pending = [p.name for p in probes]
     starts_without_progress = 0

@@ -33,6 +33,11 @@ UNSUPPORTED = {
     "fsdp_step": "FSDP2 (fully_shard) does not run on torch_xla; use wrap(model, 'ddp') or torch_xla's SPMD sharding.",
     # compat_matrix/results/xla-pjrt-cpu.json: pin_memory() raised "Found no NVIDIA driver" on PJRT CPU [ran].
     "pin_memory": "torch_xla registers no pinned host allocator: Tensor.pin_memory() asks CUDA, which PJRT CPU lacks.",
+    # shims/lazy_xla.py OPENXLA_OPTIONS: ad.compile rejects dynamic=True on xla (openxla traces static shapes).
+    "compile_dynamic_shapes": "openxla compiles static shapes (each new shape is a new graph); ad.compile rejects dynamic=True.",
+    # torch 2.9 raised "`fused=True` requires ... floating point Tensors of supported devices ... and xla" [ran];
+    # anydevice.integrations.transformers swaps Trainer's fused AdamW for the unfused one on such devices.
+    "adamw_fused_step": "torch's fused AdamW has no XLA kernel (fused=True is refused for xla tensors); the unfused one works.",
 }
 
 INSTALL = "pip install torch_xla with the torch of the same major.minor (e.g. torch==2.9.0 torch_xla==2.9.0)"
