@@ -3,7 +3,6 @@ that needs attention, a bar on a terminal, and the run's summary."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TextIO
@@ -26,6 +25,7 @@ class ProbeProgress(_Progress):
         super().__init__(total, "probing", stream, tty)
         self._expected: dict[str, float] = {}
         self._finished: set[str] = set()
+        self._took = 0.0  # seconds the finished probes took, by their own clocks
 
     def expect(self, probes: Sequence[tuple[str, str]], earlier: Mapping[str, float] | None = None) -> None:
         """Weigh the ETA by each probe's cost: ``(name, group)`` pairs in run order, and the seconds
@@ -35,18 +35,20 @@ class ProbeProgress(_Progress):
         self._expected = {name: max(earlier.get(name, GROUP_COST_S.get(group, 1.0)), 0.01) for name, group in probes}
 
     def eta_s(self) -> float | None:
-        """Seconds left: the remaining probes' expected cost at the pace measured on the finished ones."""
+        """Seconds left: the remaining probes' expected cost, scaled by how the finished ones compared
+        (their own durations, so a worker's start-up does not count as a probe's pace)."""
         if not self._expected:
             return super().eta_s()
         done = sum(self._expected.get(name, 0.0) for name in self._finished)
         if done <= 0:
             return None
         left = sum(cost for name, cost in self._expected.items() if name not in self._finished)
-        return (time.monotonic() - self.started) / done * left
+        return self._took / done * left
 
     def result(self, result: ProbeResult) -> None:
         """One probe finished: advance, and print a line for every result that is not plainly fine."""
         self._finished.add(result.probe)
+        self._took += result.duration_s
         label = f"{SYMBOL[result.status]} {result.status.value}"
         reason = f": {result.reason}" if result.reason else ""
         if self.tty and result.status not in _QUIET:
