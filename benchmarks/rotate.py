@@ -20,6 +20,35 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def prepare(
+    ways: Mapping[str, Callable[[int, bool], Callable[..., float]]],
+    modes: list[bool],
+    steps: int,
+    warmup: int,
+    skip: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Callable[[], float]], dict[str, float]]:
+    """Build every variant (``ways`` x eager/compiled ``modes``), run its ``warmup`` steps, time the setup.
+
+    Returns the ready variants by label (``"name [eager]"``) and each one's setup seconds.
+    """
+    import time
+
+    variants: dict[str, Callable[[], float]] = {}
+    setup_s: dict[str, float] = {}
+    for compiled in modes:
+        for name, make in ways.items():
+            if skip and name in skip:
+                continue
+            label = f"{name} [{'compiled' if compiled else 'eager'}]"
+            start = time.perf_counter()
+            run = make(steps, compiled)
+            run(warmup)
+            setup_s[label] = time.perf_counter() - start
+            print(f"ready: {label} ({setup_s[label]:.1f} s)", file=sys.stderr, flush=True)
+            variants[label] = run
+    return variants, setup_s
+
+
 def rotate(
     variants: Mapping[str, Callable[[], float]], rounds: int, log: bool = True, discard: int = 0
 ) -> dict[str, list[float]]:

@@ -180,19 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(opts.threads)
     modes = [False] if opts.no_compile else [False, True]
     skipped = {name: f"{module} is not installed" for name, module in PEERS.items() if importlib.util.find_spec(module) is None}
-    variants: dict[str, Callable[[], float]] = {}
-    setup_s: dict[str, float] = {}
-    for compiled in modes:
-        for name, make in WAYS.items():
-            if name in skipped:
-                continue
-            label = f"{name} [{'compiled' if compiled else 'eager'}]"
-            start = time.perf_counter()
-            run = make(opts.steps, compiled)
-            run(opts.warmup)  # type: ignore[call-arg]
-            setup_s[label] = time.perf_counter() - start
-            print(f"ready: {label} ({setup_s[label]:.1f} s)", file=sys.stderr, flush=True)
-            variants[label] = run
+    variants, setup_s = rotate.prepare(WAYS, modes, opts.steps, opts.warmup, skipped)
     samples = rotate.rotate(variants, opts.rounds, discard=opts.discard)
     result: dict[str, Any] = {
         "benchmark": "step_overhead",

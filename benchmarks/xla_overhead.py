@@ -102,17 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if ad.backend().name != "xla":
         p.error(f"ANYDEVICE selected {ad.backend().name!r}; run with ANYDEVICE=xla (and PJRT_DEVICE) in the XLA lane venv")
     modes = [False] if opts.no_compile else [False, True]
-    variants: dict[str, Callable[[], float]] = {}
-    setup_s: dict[str, float] = {}
-    for compiled in modes:
-        for name, make in WAYS.items():
-            label = f"{name} [{'compiled' if compiled else 'eager'}]"
-            start = time.perf_counter()
-            run = make(opts.steps, compiled)
-            run(opts.warmup)
-            setup_s[label] = time.perf_counter() - start
-            print(f"ready: {label} ({setup_s[label]:.1f} s)", file=sys.stderr, flush=True)
-            variants[label] = run
+    variants, setup_s = rotate.prepare(WAYS, modes, opts.steps, opts.warmup)
     samples = rotate.rotate(variants, opts.rounds, discard=opts.discard)
     result: dict[str, Any] = {
         "benchmark": "xla_overhead",
