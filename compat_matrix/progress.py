@@ -1,4 +1,4 @@
-"""Progress while probing, on top of :class:`anydevice.progress.Progress`: one line per probe result
+"""Progress while probing, on top of :class:`anydevice.cli.progress.Progress`: one line per probe result
 that needs attention, a bar on a terminal, and the run's summary."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from anydevice.cli.progress import Progress as _Progress
 from anydevice.compat_matrix.claims import mismatch
 from anydevice.compat_matrix.schema import ProbeResult, Run, Status
 from anydevice.compat_matrix.symbols import SYMBOL
-from anydevice.progress import Progress as _Progress
 
 _QUIET = (Status.PASS, Status.SKIP, Status.FAKE)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
-    from anydevice.launch import LaunchSpec
+    from anydevice.cli.launch import LaunchSpec
 
 T = TypeVar("T")
 
@@ -114,7 +114,7 @@ class Collectives(Protocol):
     backend: str
     init_method: str
     launcher: str
-    """The registered launcher (``anydevice.launch.LAUNCHERS``) :meth:`launch` runs: ``torchrun``, ``spawn``..."""
+    """The registered launcher (``anydevice.cli.launch.LAUNCHERS``) :meth:`launch` runs: ``torchrun``, ``spawn``..."""
     mesh_device_type: str
     lacking_reduce_ops: frozenset[str]
     """``torch.distributed.ReduceOp`` names the process group rejects (``{"AVG"}`` on torch_xla).

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 import torch
 
 from anydevice import settings
+from anydevice.cli.launch import LaunchSpec, registered_launcher
 from anydevice.errors import UnsupportedFeatureError
-from anydevice.launch import LaunchSpec, registered_launcher
 from anydevice.shims import common, compile_options, parallel, torch_profiler
 from anydevice.shims.common import Prefetcher, local_rank, portable_save
 from anydevice.shims.contracts import MemoryStats, Shims, TraceSession

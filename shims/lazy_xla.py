@@ -41,7 +41,7 @@ from anydevice.shims.recompiles import RecompileWatch
 if TYPE_CHECKING:
     import torch
 
-    from anydevice.launch import LaunchSpec
+    from anydevice.cli.launch import LaunchSpec
 
 T = TypeVar("T")
 
@@ -342,7 +342,7 @@ class XlaCollectives:
         self.launcher = vendor.launcher
 
     def launch(self, spec: LaunchSpec) -> int:
-        from anydevice.launch import registered_launcher
+        from anydevice.cli.launch import registered_launcher
 
         return registered_launcher(self.launcher)(spec)
 

@@ -7,10 +7,10 @@ import importlib.util
 import pytest
 
 import anydevice as ad
+from anydevice.cli.launch import build_parser
 from anydevice.compat_matrix import catalog
 from anydevice.compat_matrix.execute import run_probe
 from anydevice.compat_matrix.schema import Status
-from anydevice.launch import build_parser
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
 

@@ -74,7 +74,7 @@ def test_children_get_the_resolved_device_and_no_autoload():
 def test_per_rank_environment_is_set_before_the_script_runs():
     """The child side of the torchrun launcher applies launch_env(local_rank) (e.g. NEURON_RT_VISIBLE_CORES)."""
     rank_env = json.dumps({"0": {"PER_RANK": "core-0"}, "1": {"PER_RANK": "core-1"}})
-    result = python("-m", "anydevice.launch", "--as-rank", rank_env, "--", WORKERS / "env.py", LOCAL_RANK="1", RANK="1")
+    result = python("-m", "anydevice.cli.launch", "--as-rank", rank_env, "--", WORKERS / "env.py", LOCAL_RANK="1", RANK="1")
     assert result.returncode == 0, result.stderr
     assert result.json_lines()[0]["env"]["PER_RANK"] == "core-1"
 
@@ -181,8 +181,8 @@ def test_two_nodes_meet_at_a_rendezvous_endpoint():
 
 
 def test_single_process_launcher_refuses_more_than_one_rank() -> None:
+    from anydevice.cli.launch import LaunchSpec, single_process
     from anydevice.errors import DistributedError
-    from anydevice.launch import LaunchSpec, single_process
 
     with pytest.raises(DistributedError, match="one process per machine; 2 were asked for"):
         single_process(LaunchSpec(script="train.py", nproc_per_node=2))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from anydevice.doctor import Check, disk_check, render
+from anydevice.cli.doctor import Check, disk_check, render
 from anydevice.plugins.cuda import hides_every_gpu
 from tests.utils import REPO, child_env
 

@@ -1,4 +1,4 @@
-"""anydevice.progress: a bar on a terminal (a real pty), plain lines in logs and pipes."""
+"""anydevice.cli.progress: a bar on a terminal (a real pty), plain lines in logs and pipes."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import subprocess
 import sys
 import textwrap
 
-from anydevice.progress import Progress, track
+from anydevice.cli.progress import Progress, track
 from tests.utils import REPO, child_env
 
 SCRIPT = textwrap.dedent("""
     import sys
-    from anydevice.progress import Progress
+    from anydevice.cli.progress import Progress
     with Progress(3, "probing") as progress:
         for name in ("alpha", "beta", "gamma"):
             progress.advance(name)

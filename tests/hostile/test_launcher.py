@@ -25,7 +25,7 @@ while True:
 # The spawn launcher (TorchTPU's path) driven the way a plugin's Collectives.launch drives it.
 SPAWN_DRIVER = """
 import sys
-from anydevice.launch import build_parser, plan, spawn
+from anydevice.cli.launch import build_parser, plan, spawn
 spec, _ = plan(build_parser().parse_args(["-n", "2", sys.argv[1]]))
 sys.exit(spawn(spec))
 """
@@ -148,7 +148,7 @@ def test_n_above_what_cpu_takes_is_refused_before_planning(n: str, tmp_path: Pat
 
 
 def test_n_at_the_bound_is_accepted_by_the_check() -> None:
-    from anydevice.launch import check_nproc
+    from anydevice.cli.launch import check_nproc
     from anydevice.registry import get_registry
 
     registry = get_registry()

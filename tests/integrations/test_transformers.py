@@ -82,7 +82,7 @@ def test_trainer_under_anydevice_run_is_one_world_2_job():
 
 
 def test_launch_env_carries_the_framework_environment(monkeypatch: pytest.MonkeyPatch):
-    from anydevice.launch import build_parser, plan
+    from anydevice.cli.launch import build_parser, plan
 
     monkeypatch.setenv("ANYDEVICE", "cpu")
     spec, _ = plan(build_parser().parse_args(["-n", "2", sys.argv[0] if Path(sys.argv[0]).is_file() else __file__]))

@@ -66,8 +66,8 @@ def test_plain_import_torch_does_import_torch_tpu() -> None:
 
 
 def test_anydevice_run_under_cpu_does_not_import_torch_tpu(tmp_path: Path) -> None:
-    if importlib.util.find_spec("anydevice.launch") is None:
-        pytest.skip("anydevice run (anydevice/launch.py) is not built yet")
+    if importlib.util.find_spec("anydevice.cli.launch") is None:
+        pytest.skip("anydevice run (anydevice/cli/launch.py) is not built yet")
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     out = _last_json(anydevice_cli("run", "-n", "1", str(script), env={"ANYDEVICE": "cpu"}, timeout=300))

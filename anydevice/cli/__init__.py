@@ -24,8 +24,8 @@ from anydevice.errors import AnyDeviceError
 
 # Subcommands implemented in their own modules: name -> (module, help)
 DELEGATED: dict[str, tuple[str, str]] = {
-    "doctor": ("anydevice.doctor", "diagnose the environment; non-zero exit with fixes on problems"),
-    "run": ("anydevice.launch", "launch N processes the device's way (torchrun, spawn, ...)"),
+    "doctor": ("anydevice.cli.doctor", "diagnose the environment; non-zero exit with fixes on problems"),
+    "run": ("anydevice.cli.launch", "launch N processes the device's way (torchrun, spawn, ...)"),
     "matrix": ("anydevice.compat_matrix.cli", "run the probe suite or render the compatibility matrix"),
 }
 

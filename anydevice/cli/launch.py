@@ -21,7 +21,7 @@ Every child gets ``ANYDEVICE`` set to the device the parent resolved, plus the s
 ``launch_env(local_rank, local_world_size)`` (e.g. ``NEURON_RT_VISIBLE_CORES``) set before
 its interpreter imports anything.
 
-Lifetime (:mod:`anydevice.lifeline`): every rank dies with the launcher, also when it is killed with
+Lifetime (:mod:`anydevice.cli.lifeline`): every rank dies with the launcher, also when it is killed with
 SIGKILL; Ctrl-C (SIGINT) stops every rank and the run ends with one line on stderr and status 130.
 ``-n`` is checked against what the device takes (:func:`check_nproc`) before anything is planned.
 ``--cuda-compat`` runs CUDA-written scripts unmodified (:mod:`anydevice.cuda_compat` in every rank).
@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from anydevice import autoload, lifeline, settings
+from anydevice import autoload, settings
+from anydevice.cli import lifeline
 from anydevice.errors import DistributedError
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ def _interrupted(sig: signal.Signals) -> int:
 
 def torchrun(spec: LaunchSpec) -> int:
     """torch elastic (torchrun's engine): each rank is a fresh interpreter running the script."""
-    args = ["-m", "anydevice.launch", _RANK_FLAG, json.dumps({str(k): dict(v) for k, v in spec.rank_env.items()})]
+    args = ["-m", "anydevice.cli.launch", _RANK_FLAG, json.dumps({str(k): dict(v) for k, v in spec.rank_env.items()})]
     return _elastic(spec, sys.executable, [*args, "--", spec.script, *spec.script_args], "spawn")
 
 
@@ -349,7 +350,7 @@ def registered_launcher(name: str) -> Launcher:
         raise DistributedError(
             f"The selected device's launcher '{name}' is not known to anydevice run.",
             f"Known launchers: {', '.join(sorted(LAUNCHERS))}. The plugin should implement collectives.launch(spec) "
-            "or call anydevice.launch.register_launcher.",
+            "or call anydevice.cli.launch.register_launcher.",
         )
     return LAUNCHERS[name]
 

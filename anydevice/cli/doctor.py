@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from anydevice import autoload, detect, settings, versions
+from anydevice.cli.progress import Progress
 from anydevice.diagnosis import Check, DoctorContext, Status
 from anydevice.errors import AnyDeviceError, DeviceUnavailableError
-from anydevice.progress import Progress
 from anydevice.registry import Registry, get_registry
 from anydevice.selection import parse, resolve
 
