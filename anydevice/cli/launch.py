@@ -190,9 +190,9 @@ def single_process(spec: LaunchSpec) -> int:
 
 
 def _integrations_env(backend: Any) -> dict[str, str]:
-    from anydevice.integrations import _hf
+    from anydevice.integrations import launch_environment
 
-    return _hf.launch_env(backend)
+    return launch_environment(backend)
 
 
 def _integrations_hook() -> None:
