@@ -3,19 +3,75 @@
 "Supports" is read from what the plugins declare: each built-in device's ``vendor_package`` and the
 pairing rule anydevice's version preflight applies to that package (lockstep ``x.y`` with torch
 ``x.y``, or the package's own ``Requires-Dist`` on torch). "Ran here" is read from the result files.
+
+Per torch minor version (2.9 to 2.15) each plugin gets one cell: **tested** when a test lane's record
+(``compat_matrix/lanes/LANE.json``, written by ``scripts/test``) or a result file ran that plugin on
+that torch; **declared** when only anydevice's claim or the vendor package's published releases
+cover it (:data:`anydevice.versions.VENDOR_RELEASES`); **none** when no release of the plugin's
+vendor package pairs with that torch. ``python -m anydevice.compat_matrix.versions_table record``
+writes a lane's record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import argparse
+import json
+import platform
+import sys
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from importlib import metadata
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from anydevice.compat_matrix.merge import Column, Matrix
+from anydevice.versions import TORCH_MINORS, VENDOR_RELEASES
 
-TORCH_RANGE = ("2.9", "2.15")
+TORCH_RANGE = (TORCH_MINORS[0], TORCH_MINORS[-1])
 """The torch releases anydevice supports (README: "torch 2.9 to 2.15")."""
+
+LANES_DIR = Path(__file__).resolve().parent / "lanes"
+"""The committed lane records: one ``LANE.json`` per test lane that ran."""
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+"""The committed result files of ``anydevice matrix probe``."""
+
+VENDOR_DISTRIBUTIONS = ("torch_xla", "torch_tpu", "libtpu", "torch-neuronx")
+"""Vendor packages a lane record lists when its venv has them."""
+
+CellStatus = Literal["tested", "declared", "none"]
+
+
+@dataclass(frozen=True)
+class LaneRecord:
+    """What one test lane ran: its torch, its vendor packages, the devices it exercised and the outcome."""
+
+    lane: str
+    torch: str
+    outcome: Literal["passed", "failed", "no tests"]
+    devices: dict[str, str]
+    """Device -> how the lane exercised it ("ran", "no chip", "fake torch-neuronx", ...)."""
+    packages: dict[str, str] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    python: str = ""
+    date: str = ""
+
+    @property
+    def minor(self) -> str:
+        return _minor(self.torch)
+
+
+@dataclass(frozen=True)
+class VersionCell:
+    """One plugin on one torch minor version: tested here, declared only, or no pairing release."""
+
+    torch: str
+    status: CellStatus
+    note: str
+    """What ran (lanes, result files), or who declares it, or why nothing pairs."""
+    sources: tuple[str, ...] = ()
+    """For a tested cell, the short names of what ran it (``lane main``, ``cpu.json``)."""
 
 
 @dataclass
@@ -27,6 +83,10 @@ class PluginVersions:
     vendor_package: str | None = None
     supported: str = ""
     columns: list[Column] = field(default_factory=list)
+    packages: tuple[str, ...] = ()
+    """Every vendor package the plugin pairs with torch (``DeviceSpec.paired_packages``), main one first."""
+    cells: list[VersionCell] = field(default_factory=list)
+    """One per torch minor version in :data:`anydevice.versions.TORCH_MINORS`, oldest first."""
 
 
 def supported_text(vendor_package: str | None, rule: object = None) -> str:
@@ -52,13 +112,13 @@ def supported_text(vendor_package: str | None, rule: object = None) -> str:
     return f"{vendor_package} with torch {low} to {high}; the plugin declares no pairing rule"
 
 
-def _builtin_devices() -> list[tuple[str, str, str | None, object]]:
-    """``(plugin, device, vendor_package, pairing rule)`` for every plugin anydevice itself ships."""
+def _builtin_devices() -> list[tuple[str, str, str | None, object, tuple[str, ...]]]:
+    """``(plugin, device, vendor_package, pairing rule, paired packages)`` for every plugin anydevice itself ships."""
     try:
         dist = metadata.distribution("anydevice")
     except metadata.PackageNotFoundError:
         return []
-    found: list[tuple[str, str, str | None, object]] = []
+    found: list[tuple[str, str, str | None, object, tuple[str, ...]]] = []
     for ep in sorted((e for e in dist.entry_points if e.group == "anydevice"), key=lambda e: e.name):
         try:
             module = ep.load()
@@ -71,18 +131,28 @@ def _builtin_devices() -> list[tuple[str, str, str | None, object]]:
         except Exception:
             continue
         found += [
-            (ep.name, str(spec.name), spec.vendor_package, dict(spec.paired_packages).get(spec.vendor_package or ""))
+            (
+                ep.name,
+                str(spec.name),
+                spec.vendor_package,
+                dict(spec.paired_packages).get(spec.vendor_package or ""),
+                tuple(dict(spec.paired_packages)),
+            )
             for spec in specs
         ]
     return found
 
 
-def plugin_versions(matrix: Matrix, builtin: Iterable[tuple[str, str, str | None, object]] | None = None) -> list[PluginVersions]:
-    """One row per plugin: every built-in one, plus any plugin a result file names."""
+def plugin_versions(
+    matrix: Matrix,
+    builtin: Iterable[tuple[str, str, str | None, object, tuple[str, ...]]] | None = None,
+    lanes: Sequence[LaneRecord] | None = None,
+) -> list[PluginVersions]:
+    """One row per plugin: every built-in one, plus any plugin a result file names; ``lanes`` default to the committed records."""
     rows: dict[str, PluginVersions] = {}
     rules: dict[str, object] = {}
-    for plugin, device, vendor, rule in _builtin_devices() if builtin is None else builtin:
-        row = rows.setdefault(plugin, PluginVersions(plugin, vendor_package=vendor))
+    for plugin, device, vendor, rule, packages in _builtin_devices() if builtin is None else builtin:
+        row = rows.setdefault(plugin, PluginVersions(plugin, vendor_package=vendor, packages=packages))
         row.devices.append(device)
         rules.setdefault(plugin, rule)
     for column in matrix.columns:
@@ -91,8 +161,10 @@ def plugin_versions(matrix: Matrix, builtin: Iterable[tuple[str, str, str | None
         if row.vendor_package is None and run.plugin.vendor_package:
             row.vendor_package = run.plugin.vendor_package
         row.columns.append(column)
+    records = load_lanes() if lanes is None else lanes
     for row in rows.values():
         row.supported = supported_text(row.vendor_package, rules.get(row.plugin))
+        row.cells = version_cells(row, records)
     return sorted(rows.values(), key=lambda r: (not r.columns, r.plugin))
 
 
@@ -103,3 +175,186 @@ def ran_pair(column: Column) -> str:
     if run.plugin.vendor_package and run.plugin.vendor_package != "torch":
         pair += f" + {run.plugin.vendor_package} {run.plugin.vendor_version or '?'}"
     return pair
+
+
+# -- per torch minor version: tested, declared, or none ------------------------------------------
+def _minor(version: str) -> str:
+    major, minor, *_ = (version.split("+", 1)[0].split(".") + ["0"])[:2]
+    return f"{major}.{minor}"
+
+
+@dataclass(frozen=True)
+class RanFile:
+    """A result file's run, reduced to what the versions table needs."""
+
+    source: str
+    plugin: str
+    torch: str
+    how: str
+
+
+def _how(simulated: bool, device_count: int | None, chip: str | None, device_type: str) -> str:
+    if simulated:
+        return "simulated vendor package"
+    return "no chip" if not device_count else chip or device_type
+
+
+def _ran_column(column: Column) -> RanFile:
+    run = column.runs[0].run
+    hw = run.hardware
+    return RanFile(column.runs[0].source, run.plugin.name, run.env.torch or "", _how(hw.simulated, hw.device_count, hw.chip, hw.device_type))
+
+
+def result_files(directory: Path = RESULTS_DIR) -> list[RanFile]:
+    """The committed result files read as plain JSON (no validation: cheap enough for ``anydevice doctor``)."""
+    found = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            hw = data["hardware"]
+            how = _how(bool(hw.get("simulated")), hw.get("device_count"), hw.get("chip"), str(hw.get("device_type")))
+            found.append(RanFile(path.name, str(data["plugin"]["name"]), str(data["env"].get("torch") or ""), how))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return found
+
+
+def tested_notes(
+    plugin: str, devices: Iterable[str], minor: str, files: Iterable[RanFile], lanes: Iterable[LaneRecord]
+) -> list[tuple[str, str]]:
+    """What ran ``plugin`` (any of its ``devices``) on torch ``minor``: ``(short name, note with how)`` per passing
+    lane and result file."""
+    names = {plugin, *devices}
+    notes = [
+        (f"lane {lane.lane}", f"lane {lane.lane} ({lane.devices[device]}, torch {lane.torch})")
+        for lane in lanes
+        if lane.outcome == "passed" and lane.minor == minor
+        for device in sorted(names & set(lane.devices))
+    ]
+    notes += [
+        (ran.source, f"result file {ran.source} ({ran.how}, torch {ran.torch})")
+        for ran in files
+        if ran.plugin == plugin and ran.torch and _minor(ran.torch) == minor
+    ]
+    return notes
+
+
+def declared_note(vendor_package: str | None, packages: Sequence[str], minor: str) -> tuple[bool, str]:
+    """Whether anydevice's claim and the plugin's vendor packages cover torch ``minor``, and by what."""
+    if vendor_package in (None, "torch"):
+        return True, "anydevice claims it: the device is built into torch" if vendor_package is None else "torch's CUDA/ROCm build"
+    known = [pkg for pkg in packages or (vendor_package,) if pkg in VENDOR_RELEASES]
+    releases = [VENDOR_RELEASES[pkg][minor] for pkg in known if minor in VENDOR_RELEASES[pkg]]
+    if releases:
+        return True, "; ".join(releases)
+    if not known:
+        return True, f"anydevice claims it; no release list for {vendor_package}"
+    return False, f"no release of {' or '.join(known)} declares torch {minor}"
+
+
+def version_cells(row: PluginVersions, lanes: Sequence[LaneRecord], files: Sequence[RanFile] | None = None) -> list[VersionCell]:
+    """One cell per claimed torch minor version for ``row`` (``files`` default to its columns' runs)."""
+    files = [_ran_column(c) for c in row.columns] if files is None else files
+    cells = []
+    for minor in TORCH_MINORS:
+        ran = tested_notes(row.plugin, row.devices, minor, files, lanes)
+        declared, why = declared_note(row.vendor_package, row.packages, minor)
+        if ran:
+            cells.append(VersionCell(minor, "tested", "; ".join(n for _, n in ran), tuple(dict.fromkeys(s for s, _ in ran))))
+        else:
+            cells.append(VersionCell(minor, "declared" if declared else "none", why))
+    return cells
+
+
+
+def support_at(torch_version: str) -> dict[str, VersionCell]:
+    """Per built-in plugin, its cell for the installed torch's minor version (what ``anydevice doctor`` reports).
+
+    A torch outside :data:`TORCH_RANGE` has no cells (empty result).
+    """
+    minor = _minor(torch_version)
+    if minor not in TORCH_MINORS:
+        return {}
+    lanes, files = load_lanes(), result_files()
+    rows: dict[str, PluginVersions] = {}
+    for plugin, device, vendor, _rule, packages in _builtin_devices():
+        rows.setdefault(plugin, PluginVersions(plugin, vendor_package=vendor, packages=packages)).devices.append(device)
+    index = TORCH_MINORS.index(minor)
+    return {name: version_cells(row, lanes, files)[index] for name, row in rows.items()}
+
+
+def load_lanes(directory: Path = LANES_DIR) -> list[LaneRecord]:
+    """The lane records in ``directory`` (sorted by lane); an unreadable one is skipped."""
+    records = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            records.append(LaneRecord(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
+    return records
+
+
+def parse_devices(text: str) -> dict[str, str]:
+    """``cpu,neuron(fake),tpu(no-chip)`` -> ``{"cpu": "ran", "neuron": "fake", "tpu": "no chip"}``."""
+    devices = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, how = item.partition("(")
+        devices[name] = how.rstrip(")").replace("-", " ") or "ran"
+    return devices
+
+
+def junit_counts(path: Path) -> dict[str, int]:
+    """passed / failed / errors / skipped from pytest's ``--junitxml`` file (empty when it is missing)."""
+    try:
+        root = ElementTree.parse(path).getroot()
+    except (OSError, ElementTree.ParseError):
+        return {}
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = {key: sum(int(s.get(key, 0)) for s in suites) for key in ("tests", "failures", "errors", "skipped")}
+    passed = total["tests"] - total["failures"] - total["errors"] - total["skipped"]
+    return {"passed": passed, "failed": total["failures"], "errors": total["errors"], "skipped": total["skipped"]}
+
+
+def record_lane(lane: str, devices: str, exit_code: int, junit: Path | None = None) -> LaneRecord:
+    """The record of a lane that just ran in this interpreter's environment (pytest's exit code decides the outcome)."""
+    outcome: Literal["passed", "failed", "no tests"] = {0: "passed", 5: "no tests"}.get(exit_code, "failed")  # type: ignore[assignment]
+    packages = {pkg: version for pkg in VENDOR_DISTRIBUTIONS if (version := _version(pkg))}
+    return LaneRecord(
+        lane=lane,
+        torch=_version("torch") or "not installed",
+        outcome=outcome,
+        devices=parse_devices(devices),
+        packages=packages,
+        counts=junit_counts(junit) if junit else {},
+        python=platform.python_version(),
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+    )
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m anydevice.compat_matrix.versions_table record --lane L --devices D --exit-code N --out FILE``."""
+    parser = argparse.ArgumentParser(prog="python -m anydevice.compat_matrix.versions_table")
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="write the record of a lane that just ran (scripts/test calls it)")
+    rec.add_argument("--lane", required=True)
+    rec.add_argument("--devices", required=True, help="devices the lane exercised: cpu,neuron(fake),tpu(no-chip)")
+    rec.add_argument("--exit-code", type=int, required=True, help="pytest's exit status (5: no tests collected)")
+    rec.add_argument("--junit", type=Path, help="pytest's --junitxml file, for the counts")
+    rec.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    record = record_lane(args.lane, args.devices, args.exit_code, args.junit)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(asdict(record), indent=2, sort_keys=True) + "\n")
+    print(f"{args.out}: {record.lane} {record.outcome} on torch {record.torch}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,9 +1,9 @@
 """The neuron plugin: AWS Trainium through torch-neuronx. Not verified on hardware.
 
 Two stacks share the package name, so the plugin branches on its version (read from metadata,
-before importing it): 2.14 and later is native TorchNeuron (PrivateUse1 device ``neuron``,
-``torch.compile(backend="neuron")``, process-group backend ``neuron``); older versions are
-XLA-based (``PJRT_DEVICE=NEURON`` and the shared XLA shims). Tested only against the fake in
+before importing it): releases for torch 2.10 and later (2.13.3, 2.14.3) are native TorchNeuron
+(PrivateUse1 device ``neuron``, ``torch.compile(backend="neuron")``, process-group backend
+``neuron``); the releases for torch 2.9 and older are XLA-based (``PJRT_DEVICE=NEURON`` and the shared XLA shims). Tested only against the fake in
 ``tests/support/fake_torch_neuronx``: every result is marked "not verified on hardware".
 """
 
@@ -27,8 +27,14 @@ if TYPE_CHECKING:
     from anydevice.diagnosis import Check, DoctorContext
 
 DISTRIBUTION = "torch-neuronx"
-NATIVE_SINCE = (2, 14)  # torch-neuronx 2.14+ is native TorchNeuron; older releases are XLA-based
+NATIVE_SINCE = (2, 10)
+"""torch-neuronx for torch 2.10+ is native TorchNeuron (released: 2.13.3, 2.14.3); 2.9.0.2.x is the last XLA-based one."""
 INSTALL = "pip install torch-neuronx from AWS's Neuron index (https://pip.repos.neuron.amazonaws.com) on a Trn/Inf instance"
+INSTALL_AFTER_XLA = (
+    "pip install torch-neuronx (native TorchNeuron, for torch 2.13 or 2.14) from AWS's Neuron index "
+    "(https://pip.repos.neuron.amazonaws.com) on a Trn2/Trn3 instance; the XLA-based torch-neuronx ends at torch "
+    f"{versions.TORCH_XLA_LAST}"
+)
 NO_DEVICE_FIX = "run on a Trainium (trn1/trn2/trn3) or Inferentia instance with the Neuron driver (/dev/neuron*)"
 NAME = "neuron"
 NODE_GLOB = "/dev/neuron[0-9]*"
@@ -44,7 +50,7 @@ PERFETTO_NTFF = "Neuron Explorer, or Perfetto for the trace.json (device traces 
 
 
 def is_native(version: str) -> bool:
-    """True for native TorchNeuron (torch-neuronx >= 2.14), False for the XLA-based releases."""
+    """True for native TorchNeuron (torch-neuronx >= 2.10: 2.13.x, 2.14.x), False for the XLA-based releases (<= 2.9)."""
     return d.major_minor(version) >= NATIVE_SINCE
 
 
@@ -67,15 +73,21 @@ def neuron_devices() -> list[str]:
     return d.device_files(NODE_GLOB)
 
 
-def classify(version: str | None, devices: list[str], pair: versions.PairCheck | None = None) -> Detection:
-    """The detection verdict from the installed version and the Neuron device nodes (no I/O)."""
+def classify(
+    version: str | None, devices: list[str], pair: versions.PairCheck | None = None, torch: str | None = None
+) -> Detection:
+    """The detection verdict from the installed version and the Neuron device nodes (no I/O).
+
+    ``torch`` is the installed torch's version: after torch_xla's end the fix names native TorchNeuron.
+    """
+    install = INSTALL_AFTER_XLA if versions.torch_xla_ended(torch) else INSTALL
     if version is None and not devices:
         return Detection.missing(
-            "torch-neuronx is not installed and no Neuron device was found", INSTALL, "package_and_hardware_missing"
+            "torch-neuronx is not installed and no Neuron device was found", install, "package_and_hardware_missing"
         )
     if version is None:
         return Detection.missing(
-            f"{len(devices)} Neuron device(s) found but torch-neuronx is not installed", INSTALL, "hardware_without_package"
+            f"{len(devices)} Neuron device(s) found but torch-neuronx is not installed", install, "hardware_without_package"
         )
     if not devices:
         return Detection.missing(
@@ -106,7 +118,7 @@ def _pair(version: str | None) -> versions.PairCheck | None:
 
 def detect() -> Detection:
     version = d.version_of(DISTRIBUTION)
-    return classify(version, neuron_devices(), _pair(version))
+    return classify(version, neuron_devices(), _pair(version), d.torch_version())
 
 
 def rank_cores(local_rank: int) -> dict[str, str]:
@@ -210,7 +222,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             priority=85,
             vendor_package=DISTRIBUTION,
             autoload_module="torch_neuronx",
-            description="AWS Trainium / Inferentia (torch-neuronx: native TorchNeuron 2.14+, else XLA)",
+            description="AWS Trainium / Inferentia (torch-neuronx: native TorchNeuron 2.13+, else XLA)",
             verified_on_hardware=False,
             vendor_modules=("torch_neuronx", "torch_xla"),
             paired_packages={DISTRIBUTION: pair_rule, "torch_xla": "lockstep"},

@@ -29,6 +29,10 @@ TPU_DEVICE_IDS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v
 # Dense bf16 TFLOP/s per chip (Google Cloud TPU docs; torch_tpu carries the same table).
 PEAK_BF16_TFLOPS = {"TPU v4": 275.0, "TPU v5e": 197.0, "TPU v5p": 459.0, "TPU v6e": 918.0, "TPU v7": 2307.0}
 INSTALL = "pip install torch_tpu (on a Cloud TPU VM; needs torch 2.11 to 2.15), or pip install torch_xla[tpu]"
+INSTALL_AFTER_XLA = (
+    f"pip install torch_tpu (on a Cloud TPU VM; needs torch 2.11 to 2.15); torch_xla[tpu], the other TPU stack, "
+    f"ends at torch {versions.TORCH_XLA_LAST}"
+)
 NO_CHIP_FIX = "run on a Cloud TPU VM (PCI vendor 0x1ae0 with /dev/vfio)"
 XPROF = "TensorBoard with the profile plugin, or XProf (open the run directory's .xplane.pb)"
 PAIRED_PACKAGES: dict[str, versions.PairRule] = {"torch_tpu": "requires_dist", "torch_xla": "lockstep"}
@@ -44,18 +48,24 @@ def tpu_chips(pci_root: str = "/sys/bus/pci/devices", vfio_root: str = "/dev/vfi
     return chips
 
 
-def classify(native: bool, xla: bool, chips: list[str], pair: versions.PairCheck | None = None) -> Detection:
-    """The detection verdict from what is installed and which chips were found (no I/O)."""
+def classify(
+    native: bool, xla: bool, chips: list[str], pair: versions.PairCheck | None = None, torch: str | None = None
+) -> Detection:
+    """The detection verdict from what is installed and which chips were found (no I/O).
+
+    ``torch`` is the installed torch's version: after torch_xla's end the fix names TorchTPU only.
+    """
+    install = INSTALL_AFTER_XLA if versions.torch_xla_ended(torch) else INSTALL
     if not chips and not (native or xla):
         return Detection.missing(
-            "TorchTPU (torch_tpu) is not installed and no TPU chip was found", INSTALL, "package_and_hardware_missing"
+            "TorchTPU (torch_tpu) is not installed and no TPU chip was found", install, "package_and_hardware_missing"
         )
     if not chips:
         which = "TorchTPU" if native else "torch_xla"
         return Detection.missing(f"{which} installed, no TPU chip found", NO_CHIP_FIX, "no_hardware")
     if not (native or xla):
         return Detection.missing(
-            f"TPU {chips[0]} chip found but neither torch_tpu nor torch_xla is installed", INSTALL, "hardware_without_package"
+            f"TPU {chips[0]} chip found but neither torch_tpu nor torch_xla is installed", install, "hardware_without_package"
         )
     if pair is not None and not pair.ok:
         return Detection.missing(pair.reason, pair.fix, "version_mismatch")
@@ -67,7 +77,7 @@ def detect() -> Detection:
     native, xla = d.installed("torch_tpu"), d.installed("torch_xla")
     package = "torch_tpu" if native else "torch_xla"
     pair = versions.check_pair(package, PAIRED_PACKAGES[package]) if (native or xla) else None
-    return classify(native, xla, tpu_chips(), pair)
+    return classify(native, xla, tpu_chips(), pair, d.torch_version())
 
 
 def prepare_environment() -> None:

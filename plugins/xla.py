@@ -75,6 +75,10 @@ def ray_resource() -> str | None:
 def detect() -> Detection:
     pair = versions.check_pair("torch_xla", "lockstep")
     if pair is None:
+        torch = d.torch_version()
+        if versions.torch_xla_ended(torch):
+            ended = versions.torch_xla_end_note(torch or "")
+            return Detection.missing(f"torch_xla is not installed, and {ended}", versions.torch_xla_end_fix(), "package_missing")
         return Detection.missing("torch_xla is not installed", INSTALL, "package_missing")
     if not pair.ok:
         return Detection.missing(pair.reason, pair.fix, "version_mismatch")

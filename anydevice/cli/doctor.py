@@ -2,8 +2,9 @@
 
     anydevice doctor [--json] [--strict] [--measure-imports]
 
-Checks: torch and each vendor package's version pairing (read from metadata, before anything is
-imported; the packages and rules are the plugins' ``DeviceSpec.paired_packages``), installed
+Checks: torch, whether its minor version is in anydevice's range and which devices were tested here
+on it (test lanes' records, result files) or only declared, each vendor package's version pairing
+(read from metadata, before anything is imported; the packages and rules are the plugins' ``DeviceSpec.paired_packages``), installed
 plugins and their detection, what ``ANYDEVICE`` selects, conflicting settings (the plugins judge
 their own variables through the ``anydevice_doctor_checks`` hook; core judges
 ``TORCH_DEVICE_BACKEND_AUTOLOAD``), the import cost of autoloaded backends nobody selected, a C++
@@ -50,6 +51,31 @@ def check_torch(ctx: Context) -> list[Check]:
         return [Check("torch", "fail", "torch is not installed", "pip install torch")]
     kind = next((f"{k.upper()} {v}" for k, v in detect.accelerator_builds(build).items()), "CPU")
     return [Check("torch", "ok", f"torch {build.get('version')} ({kind} build)")]
+
+
+def check_torch_support(ctx: Context) -> list[Check]:
+    """Is torch within anydevice's range, and which devices ran on its minor version here (test lanes, result files)?"""
+    from anydevice.compat_matrix import versions_table
+
+    installed = detect.torch_version()
+    if installed is None:
+        return []
+    low, high = versions_table.TORCH_RANGE
+    cells = versions_table.support_at(installed)
+    minor = ".".join(map(str, detect.major_minor(installed)))
+    if not cells:
+        fix = f"install a torch from {low} to {high}, e.g. pip install torch=={high}.*"
+        return [Check("torch support", "warn", f"torch {minor} is outside anydevice's range ({low} to {high})", fix)]
+    by_status = {status: [name for name, cell in sorted(cells.items()) if cell.status == status] for status in ("tested", "declared", "none")}
+    parts = []
+    if by_status["tested"]:
+        tested = ", ".join(f"{name} ({', '.join(cells[name].sources)})" for name in by_status["tested"])
+        parts.append(f"tested here on {minor}: {tested}")
+    if by_status["declared"]:
+        parts.append(f"declared only (nothing ran it here): {', '.join(by_status['declared'])}")
+    if by_status["none"]:
+        parts.append(f"no vendor release for torch {minor}: {', '.join(by_status['none'])}")
+    return [Check("torch support", "ok", f"torch {minor} is in anydevice's range ({low} to {high}); " + "; ".join(parts))]
 
 
 def paired_packages(registry: Registry) -> dict[str, versions.PairRule | Callable[[str], versions.PairRule]]:
@@ -266,6 +292,7 @@ def disk_check(directory: Path, free_bytes: int) -> Check:
 # -- running --------------------------------------------------------------------------------
 CHECKS: tuple[Callable[[Context], list[Check]], ...] = (
     check_torch,
+    check_torch_support,
     check_pairs,
     check_plugins,
     check_selection,

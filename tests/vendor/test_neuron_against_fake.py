@@ -34,7 +34,7 @@ def _json(proc: object) -> dict[str, object]:
 
 
 def test_version_branch() -> None:
-    assert neuron.is_native("2.14.0") and neuron.is_native("2.15.1")
+    assert neuron.is_native("2.14.0") and neuron.is_native("2.13.3.0") and neuron.is_native("2.15.1")
     assert not neuron.is_native(XLA_BASED) and not neuron.is_native("2.1.2.2.3.0")
 
 

@@ -8,7 +8,7 @@ module, the process-group backend ``neuron`` and the ``torch.compile`` backend `
 
 :func:`install` lays it out as a real distribution (``torch_neuronx-<version>.dist-info`` with
 METADATA and a ``torch.backends`` entry point) in a target directory that tests put on
-``PYTHONPATH`` of a subprocess, so the plugin's version branch (>= 2.14 native, older XLA-based)
+``PYTHONPATH`` of a subprocess, so the plugin's version branch (>= 2.10 native, older XLA-based)
 runs against real package metadata. Nothing here is importable by the package itself.
 """
 

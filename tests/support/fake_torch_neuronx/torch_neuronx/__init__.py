@@ -1,12 +1,12 @@
 """FAKE torch_neuronx (tests only): the documented TorchNeuron surface, backed by the CPU.
 
-Registers what native TorchNeuron (torch-neuronx >= 2.14) registers on import: the PrivateUse1
+Registers what native TorchNeuron (torch-neuronx >= 2.10) registers on import: the PrivateUse1
 device renamed ``neuron`` with a ``torch.neuron`` module, the ``neuron`` process-group backend
 (gloo underneath here) and the ``neuron`` torch.compile backend (runs the captured graph as is).
 The SIMULATED device holds real tensors in host memory: a small C++ extension (``_device.cpp``,
 built once per torch version, see :mod:`torch_neuronx._native`) registers its allocator, memory
 kernels and a CPU fallback for every other op.
-XLA-based versions (< 2.14) register nothing on import, like the real ones before torch_xla runs.
+XLA-based versions (<= 2.9) register nothing on import, like the real ones before torch_xla runs.
 ``FAKE_NEURON_CORES`` (default 1) is the number of logical NeuronCores the fake reports.
 """
 
