@@ -159,7 +159,9 @@ def torch_xla_ended(torch_version: str | None) -> bool:
 
 def torch_xla_end_note(torch_version: str) -> str:
     """Why there is no torch_xla for this torch, and which native package each hardware uses instead."""
-    where = ", ".join(f"on {hardware} {package} (ANYDEVICE={device})" for device, (hardware, package, _) in NATIVE_PACKAGES.items())
+    where = ", ".join(
+        f"on {hardware} {package} (ANYDEVICE={device})" for device, (hardware, package, _) in NATIVE_PACKAGES.items()
+    )
     return f"none exists for torch {_mm(torch_version)}: torch_xla ends at torch {TORCH_XLA_LAST}; use {where}"
 
 

@@ -179,7 +179,7 @@ def ran_pair(column: Column) -> str:
 
 # -- per torch minor version: tested, declared, or none ------------------------------------------
 def _minor(version: str) -> str:
-    major, minor, *_ = (version.split("+", 1)[0].split(".") + ["0"])[:2]
+    major, minor, *_ = [*version.split("+", 1)[0].split("."), "0"]
     return f"{major}.{minor}"
 
 
@@ -202,7 +202,9 @@ def _how(simulated: bool, device_count: int | None, chip: str | None, device_typ
 def _ran_column(column: Column) -> RanFile:
     run = column.runs[0].run
     hw = run.hardware
-    return RanFile(column.runs[0].source, run.plugin.name, run.env.torch or "", _how(hw.simulated, hw.device_count, hw.chip, hw.device_type))
+    return RanFile(
+        column.runs[0].source, run.plugin.name, run.env.torch or "", _how(hw.simulated, hw.device_count, hw.chip, hw.device_type)
+    )
 
 
 def result_files(directory: Path = RESULTS_DIR) -> list[RanFile]:
@@ -242,7 +244,10 @@ def tested_notes(
 def declared_note(vendor_package: str | None, packages: Sequence[str], minor: str) -> tuple[bool, str]:
     """Whether anydevice's claim and the plugin's vendor packages cover torch ``minor``, and by what."""
     if vendor_package in (None, "torch"):
-        return True, "anydevice claims it: the device is built into torch" if vendor_package is None else "torch's CUDA/ROCm build"
+        return (
+            True,
+            "anydevice claims it: the device is built into torch" if vendor_package is None else "torch's CUDA/ROCm build",
+        )
     known = [pkg for pkg in packages or (vendor_package,) if pkg in VENDOR_RELEASES]
     releases = [VENDOR_RELEASES[pkg][minor] for pkg in known if minor in VENDOR_RELEASES[pkg]]
     if releases:
@@ -264,7 +269,6 @@ def version_cells(row: PluginVersions, lanes: Sequence[LaneRecord], files: Seque
         else:
             cells.append(VersionCell(minor, "declared" if declared else "none", why))
     return cells
-
 
 
 def support_at(torch_version: str) -> dict[str, VersionCell]:

@@ -3,8 +3,9 @@
 Two stacks share the package name, so the plugin branches on its version (read from metadata,
 before importing it): releases for torch 2.10 and later (2.13.3, 2.14.3) are native TorchNeuron
 (PrivateUse1 device ``neuron``, ``torch.compile(backend="neuron")``, process-group backend
-``neuron``); the releases for torch 2.9 and older are XLA-based (``PJRT_DEVICE=NEURON`` and the shared XLA shims). Tested only against the fake in
-``tests/support/fake_torch_neuronx``: every result is marked "not verified on hardware".
+``neuron``); the releases for torch 2.9 and older are XLA-based (``PJRT_DEVICE=NEURON`` and the
+shared XLA shims). Tested only against the fake in ``tests/support/fake_torch_neuronx``: every
+result is marked "not verified on hardware".
 """
 
 from __future__ import annotations

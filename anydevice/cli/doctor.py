@@ -4,12 +4,13 @@
 
 Checks: torch, whether its minor version is in anydevice's range and which devices were tested here
 on it (test lanes' records, result files) or only declared, each vendor package's version pairing
-(read from metadata, before anything is imported; the packages and rules are the plugins' ``DeviceSpec.paired_packages``), installed
-plugins and their detection, what ``ANYDEVICE`` selects, conflicting settings (the plugins judge
-their own variables through the ``anydevice_doctor_checks`` hook; core judges
-``TORCH_DEVICE_BACKEND_AUTOLOAD``), the import cost of autoloaded backends nobody selected, a C++
-compiler for inductor, and free disk for the compile caches. Neither torch nor a vendor library
-is imported (``--measure-imports`` times ``import torch`` in child processes).
+(read from metadata, before anything is imported; the packages and rules are the plugins'
+``DeviceSpec.paired_packages``), installed plugins and their detection, what ``ANYDEVICE``
+selects, conflicting settings (the plugins judge their own variables through the
+``anydevice_doctor_checks`` hook; core judges ``TORCH_DEVICE_BACKEND_AUTOLOAD``), the import cost
+of autoloaded backends nobody selected, a C++ compiler for inductor, and free disk for the compile
+caches. Neither torch nor a vendor library is imported (``--measure-imports`` times ``import
+torch`` in child processes).
 
 Every diagnosis is one line: ``MARK  name  message  -> fix: what to do``.
 
@@ -66,7 +67,10 @@ def check_torch_support(ctx: Context) -> list[Check]:
     if not cells:
         fix = f"install a torch from {low} to {high}, e.g. pip install torch=={high}.*"
         return [Check("torch support", "warn", f"torch {minor} is outside anydevice's range ({low} to {high})", fix)]
-    by_status = {status: [name for name, cell in sorted(cells.items()) if cell.status == status] for status in ("tested", "declared", "none")}
+    by_status = {
+        status: [name for name, cell in sorted(cells.items()) if cell.status == status]
+        for status in ("tested", "declared", "none")
+    }
     parts = []
     if by_status["tested"]:
         tested = ", ".join(f"{name} ({', '.join(cells[name].sources)})" for name in by_status["tested"])
