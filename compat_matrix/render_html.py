@@ -183,7 +183,7 @@ def _summary(matrix: Matrix) -> str:
 
 
 def _versions(matrix: Matrix) -> str:
-    rows = []
+    rows, minors = [], []
     for pv in plugin_versions(matrix):
         if pv.columns:
             ran = "".join(
@@ -196,16 +196,22 @@ def _versions(matrix: Matrix) -> str:
         else:
             hint = " (<code>scripts/gpu-check</code> on a GPU machine makes one)" if pv.vendor_package == "torch" else ""
             ran_html = f'<span class="none">not run here: no result file yet{hint}</span>'
+        by_minor = "".join(f'<td class="v-{c.status}" title="{e(c.note)}">{e(c.status)}</td>' for c in pv.cells)
         rows.append(
             f'<tr data-plugin="{e(pv.plugin)}"><th scope="row">{e(pv.plugin)}</th><td>{e(", ".join(pv.devices))}</td>'
-            f"<td>{e(pv.vendor_package or '-')}</td><td>{e(pv.supported)}</td><td>{ran_html}</td></tr>"
+            f"<td>{e(pv.vendor_package or '-')}</td><td>{e(pv.supported)}</td><td>{ran_html}</td>{by_minor}</tr>"
         )
+        minors = [c.torch for c in pv.cells]
     return (
         '<section id="versions"><h2>Versions: supported pairs, and what ran here</h2>'
         "<p>The torch / vendor-package pairs each plugin supports (from its declared vendor package and the "
-        "pairing rule anydevice's version preflight applies), and the pairs the result files on this page ran.</p>"
+        "pairing rule anydevice's version preflight applies), and the pairs the result files on this page ran. Per torch "
+        "version: <b>tested</b> (a test lane of <code>scripts/test</code> or a result file ran it; hover for what), "
+        "declared (anydevice or the vendor package claims it, nothing ran it here), none (no vendor release for that torch).</p>"
         '<div class="scroll"><table id="versions-table"><thead><tr><th scope="col">plugin</th><th scope="col">devices</th>'
-        '<th scope="col">vendor package</th><th scope="col">supported pairs</th><th scope="col">ran here</th></tr></thead>'
+        '<th scope="col">vendor package</th><th scope="col">supported pairs</th><th scope="col">ran here</th>'
+        + "".join(f'<th scope="col">torch {e(m)}</th>' for m in minors)
+        + "</tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div></section>"
     )
 
@@ -563,6 +569,8 @@ tr[hidden]{display:none}
 tr.group-row th{background:#e9eef5;text-align:left;font-size:1rem;padding:.35rem .45rem;border:1px solid #ccc}
 #versions-table th,#versions-table td{border:1px solid #ccc;padding:.3rem .45rem;vertical-align:top;text-align:left}
 #versions-table ul{margin:0;padding-left:1.1rem}#versions-table .none{color:#555;font-style:italic}
+#versions-table .v-tested{background:#d9f2d9;font-weight:600}
+#versions-table .v-declared{color:#333}#versions-table .v-none{color:#777}
 """
 
 _JS = """

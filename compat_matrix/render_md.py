@@ -132,15 +132,21 @@ def _summary(matrix: Matrix) -> list[str]:
 
 
 def _versions(matrix: Matrix) -> list[str]:
+    rows = plugin_versions(matrix)
+    minors = [c.torch for c in rows[0].cells] if rows else []
     lines = [
         "## Versions",
         "",
-        "| plugin | vendor package | supported pairs | ran here |",
-        "|---|---|---|---|",
+        "Per torch version: **tested** (a test lane or a result file ran it), declared (claimed, nothing ran it here), "
+        "none (no vendor release for that torch).",
+        "",
+        "| plugin | vendor package | supported pairs | ran here | " + " | ".join(f"torch {m}" for m in minors) + " |",
+        "|---|---|---|---|" + "---|" * len(minors),
     ]
-    for pv in plugin_versions(matrix):
+    for pv in rows:
         ran = "; ".join(f"{c.id}: {ran_pair(c)}" for c in pv.columns) or "not run here: no result file yet"
-        lines.append(f"| {md(pv.plugin)} | {md(pv.vendor_package or '-')} | {md(pv.supported)} | {md(ran)} |")
+        cells = " | ".join("**tested**" if c.status == "tested" else c.status for c in pv.cells)
+        lines.append(f"| {md(pv.plugin)} | {md(pv.vendor_package or '-')} | {md(pv.supported)} | {md(ran)} | {cells} |")
     return [*lines, ""]
 
 

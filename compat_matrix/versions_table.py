@@ -207,10 +207,10 @@ def _ran_column(column: Column) -> RanFile:
     )
 
 
-def result_files(directory: Path = RESULTS_DIR) -> list[RanFile]:
-    """The committed result files read as plain JSON (no validation: cheap enough for ``anydevice doctor``)."""
+def result_files(directory: Path | None = None) -> list[RanFile]:
+    """The result files (default: the committed ones) read as plain JSON (no validation: cheap enough for doctor)."""
     found = []
-    for path in sorted(directory.glob("*.json")):
+    for path in sorted((directory or RESULTS_DIR).glob("*.json")):
         try:
             data = json.loads(path.read_text())
             hw = data["hardware"]
@@ -287,10 +287,10 @@ def support_at(torch_version: str) -> dict[str, VersionCell]:
     return {name: version_cells(row, lanes, files)[index] for name, row in rows.items()}
 
 
-def load_lanes(directory: Path = LANES_DIR) -> list[LaneRecord]:
-    """The lane records in ``directory`` (sorted by lane); an unreadable one is skipped."""
+def load_lanes(directory: Path | None = None) -> list[LaneRecord]:
+    """The lane records in ``directory`` (default: the committed ones), sorted by lane; an unreadable one is skipped."""
     records = []
-    for path in sorted(directory.glob("*.json")):
+    for path in sorted((directory or LANES_DIR).glob("*.json")):
         try:
             records.append(LaneRecord(**json.loads(path.read_text())))
         except (OSError, ValueError, TypeError):
@@ -355,7 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     record = record_lane(args.lane, args.devices, args.exit_code, args.junit)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(asdict(record), indent=2, sort_keys=True) + "\n")
+    partial = args.out.with_name(f".{args.out.name}.partial")  # readers (the page, doctor) never see half a file
+    partial.write_text(json.dumps(asdict(record), indent=2, sort_keys=True) + "\n")
+    partial.replace(args.out)
     print(f"{args.out}: {record.lane} {record.outcome} on torch {record.torch}", file=sys.stderr)
     return 0
 

@@ -40,6 +40,7 @@ def test_wheel_maps_plugins_and_shims_under_the_anydevice_namespace(wheel: Path)
     names = zipfile.ZipFile(wheel).namelist()
     assert "anydevice/plugins/cpu.py" in names and "anydevice/shims/eager.py" in names
     assert "anydevice/compat_matrix/__init__.py" in names and "anydevice/py.typed" in names
+    assert "anydevice/compat_matrix/lanes/core-torch2.15.json" in names  # doctor's "tested here" ships with the package
     assert not [n for n in names if n.split("/")[0] in {"plugins", "shims", "compat_matrix", "tests", "examples"}]
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
