@@ -83,7 +83,11 @@ def test_a_gpu_column_appears_as_soon_as_a_cuda_result_exists(tmp_path: Path) ->
     cuda_row = re.search(r'<tr data-plugin="cuda">.*?</tr>', versions)
     assert cuda_row is not None and "torch 2.13.0" in cuda_row.group(0) and "not run here" not in cuda_row.group(0)
     # per torch version: the cuda result file makes 2.13 tested, the other claimed versions stay declared
-    assert re.search(r"^\| cuda \| torch \| .* \| c\d: torch 2\.13\.0 \| (declared \| ){4}\*\*tested\*\* \| declared \| declared \|$", markdown, re.M)
+    assert re.search(
+        r"^\| cuda \| torch \| .* \| c\d: torch 2\.13\.0 \| (declared \| ){4}\*\*tested\*\* \| declared \| declared \|$",
+        markdown,
+        re.M,
+    )
     assert '<td class="v-tested" title="result file cuda-h200.json (NVIDIA H200, torch 2.13.0)">tested</td>' in cuda_row.group(0)
 
 
