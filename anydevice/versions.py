@@ -119,53 +119,6 @@ def check_pair(package: str, rule: PairRule) -> PairCheck | None:
     )
 
 
-# -- which torch each vendor package's releases pair with, and torch_xla's end ------------------
+# -- the torch releases anydevice claims ------------------------------------------------------
 TORCH_MINORS = tuple(f"2.{minor}" for minor in range(9, 16))
 """The torch releases anydevice claims (README: "torch 2.9 to 2.15"), oldest first."""
-
-TORCH_XLA_LAST = "2.9"
-"""torch_xla 2.9.0 (November 2025) is torch_xla's last release: there is none for torch 2.10 or later."""
-
-VENDOR_RELEASES: dict[str, dict[str, str]] = {
-    # torch_xla x.y pairs with torch x.y only; 2.9.0 is its last release.
-    "torch_xla": {"2.9": "torch_xla 2.9.0 (lockstep, its last release)"},
-    # torch_tpu 0.2.0's Requires-Dist: torch>=2.11.0,<=2.15.0 (read in the wheel's metadata).
-    "torch_tpu": {minor: "torch_tpu 0.2.0 (declares torch>=2.11,<=2.15)" for minor in TORCH_MINORS[2:]},
-    # AWS Neuron release notes: torch-neuronx 2.9.0.2.x is the last XLA-based release; Neuron 2.33
-    # ships native TorchNeuron as torch-neuronx 2.13.3.0 (torch 2.13.0) and 2.14.3.0 (torch 2.14.0).
-    "torch-neuronx": {
-        "2.9": "torch-neuronx 2.9.0.2.x (XLA-based, the last)",
-        "2.13": "torch-neuronx 2.13.3 (native TorchNeuron)",
-        "2.14": "torch-neuronx 2.14.3 (native TorchNeuron)",
-    },
-}
-"""Per vendor package: the torch minor versions its published releases declare, and which release."""
-
-NATIVE_PACKAGES: dict[str, tuple[str, str, str]] = {
-    "tpu": ("TPU", "TorchTPU (torch_tpu)", "pip install torch_tpu on a Cloud TPU VM (torch 2.11 to 2.15)"),
-    "neuron": (
-        "Trainium",
-        "TorchNeuron (torch-neuronx)",
-        "pip install torch-neuronx from AWS's Neuron index on Trn2/Trn3 (torch 2.13 or 2.14)",
-    ),
-}
-"""Per device: its hardware, the native PyTorch package that replaces torch_xla there after torch 2.9, how to install it."""
-
-
-def torch_xla_ended(torch_version: str | None) -> bool:
-    """True when no torch_xla release exists for this torch (torch 2.10 or later)."""
-    return torch_version is not None and major_minor(torch_version) > major_minor(TORCH_XLA_LAST)
-
-
-def torch_xla_end_note(torch_version: str) -> str:
-    """Why there is no torch_xla for this torch, and which native package each hardware uses instead."""
-    where = ", ".join(
-        f"on {hardware} {package} (ANYDEVICE={device})" for device, (hardware, package, _) in NATIVE_PACKAGES.items()
-    )
-    return f"none exists for torch {_mm(torch_version)}: torch_xla ends at torch {TORCH_XLA_LAST}; use {where}"
-
-
-def torch_xla_end_fix() -> str:
-    """How to get each native stack instead, or torch_xla itself in a torch 2.9 environment."""
-    native = "; ".join(f"ANYDEVICE={device}: {install}" for device, (_, _, install) in NATIVE_PACKAGES.items())
-    return f"{native}; torch_xla itself only beside torch {TORCH_XLA_LAST}: pip install torch==2.9.0 torch_xla==2.9.0"

@@ -7,7 +7,7 @@ pairing rule anydevice's version preflight applies to that package (lockstep ``x
 Per torch minor version (2.9 to 2.15) each plugin gets one cell: **tested** when a test lane's record
 (``compat_matrix/lanes/LANE.json``, written by ``scripts/test``) or a result file ran that plugin on
 that torch; **declared** when only anydevice's claim or the vendor package's published releases
-cover it (:data:`anydevice.versions.VENDOR_RELEASES`); **none** when no release of the plugin's
+cover it (:data:`VENDOR_RELEASES`); **none** when no release of the plugin's
 vendor package pairs with that torch. ``python -m anydevice.compat_matrix.versions_table record``
 writes a lane's record.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from anydevice.compat_matrix.merge import Column, Matrix
-from anydevice.versions import TORCH_MINORS, VENDOR_RELEASES
+from anydevice.versions import TORCH_MINORS
 
 TORCH_RANGE = (TORCH_MINORS[0], TORCH_MINORS[-1])
 """The torch releases anydevice supports (README: "torch 2.9 to 2.15")."""
@@ -41,6 +41,21 @@ VENDOR_DISTRIBUTIONS = ("torch_xla", "torch_tpu", "libtpu", "torch-neuronx")
 """Vendor packages a lane record lists when its venv has them."""
 
 CellStatus = Literal["tested", "declared", "none"]
+
+VENDOR_RELEASES: dict[str, dict[str, str]] = {
+    # torch_xla x.y pairs with torch x.y only; 2.9.0 (November 2025) is its last release.
+    "torch_xla": {"2.9": "torch_xla 2.9.0 (lockstep, its last release)"},
+    # torch_tpu 0.2.0's Requires-Dist: torch>=2.11.0,<=2.15.0 (read in the wheel's metadata).
+    "torch_tpu": {minor: "torch_tpu 0.2.0 (declares torch>=2.11,<=2.15)" for minor in TORCH_MINORS[2:]},
+    # AWS Neuron release notes: torch-neuronx 2.9.0.2.x is the last XLA-based release; Neuron 2.33
+    # ships native TorchNeuron as torch-neuronx 2.13.3.0 (torch 2.13.0) and 2.14.3.0 (torch 2.14.0).
+    "torch-neuronx": {
+        "2.9": "torch-neuronx 2.9.0.2.x (XLA-based, the last)",
+        "2.13": "torch-neuronx 2.13.3 (native TorchNeuron)",
+        "2.14": "torch-neuronx 2.14.3 (native TorchNeuron)",
+    },
+}
+"""Per vendor package: the torch minor versions its published releases declare, and which release."""
 
 
 @dataclass(frozen=True)

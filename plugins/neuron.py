@@ -34,7 +34,7 @@ INSTALL = "pip install torch-neuronx from AWS's Neuron index (https://pip.repos.
 INSTALL_AFTER_XLA = (
     "pip install torch-neuronx (native TorchNeuron, for torch 2.13 or 2.14) from AWS's Neuron index "
     "(https://pip.repos.neuron.amazonaws.com) on a Trn2/Trn3 instance; the XLA-based torch-neuronx ends at torch "
-    f"{versions.TORCH_XLA_LAST}"
+    f"{lazy_xla.LAST_TORCH[0]}.{lazy_xla.LAST_TORCH[1]}"
 )
 NO_DEVICE_FIX = "run on a Trainium (trn1/trn2/trn3) or Inferentia instance with the Neuron driver (/dev/neuron*)"
 NAME = "neuron"
@@ -81,7 +81,7 @@ def classify(
 
     ``torch`` is the installed torch's version: after torch_xla's end the fix names native TorchNeuron.
     """
-    install = INSTALL_AFTER_XLA if versions.torch_xla_ended(torch) else INSTALL
+    install = INSTALL_AFTER_XLA if lazy_xla.torch_xla_ended(torch) else INSTALL
     if version is None and not devices:
         return Detection.missing(
             "torch-neuronx is not installed and no Neuron device was found", install, "package_and_hardware_missing"

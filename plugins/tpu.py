@@ -31,7 +31,7 @@ PEAK_BF16_TFLOPS = {"TPU v4": 275.0, "TPU v5e": 197.0, "TPU v5p": 459.0, "TPU v6
 INSTALL = "pip install torch_tpu (on a Cloud TPU VM; needs torch 2.11 to 2.15), or pip install torch_xla[tpu]"
 INSTALL_AFTER_XLA = (
     f"pip install torch_tpu (on a Cloud TPU VM; needs torch 2.11 to 2.15); torch_xla[tpu], the other TPU stack, "
-    f"ends at torch {versions.TORCH_XLA_LAST}"
+    f"ends at torch {lazy_xla.LAST_TORCH[0]}.{lazy_xla.LAST_TORCH[1]}"
 )
 NO_CHIP_FIX = "run on a Cloud TPU VM (PCI vendor 0x1ae0 with /dev/vfio)"
 XPROF = "TensorBoard with the profile plugin, or XProf (open the run directory's .xplane.pb)"
@@ -55,7 +55,7 @@ def classify(
 
     ``torch`` is the installed torch's version: after torch_xla's end the fix names TorchTPU only.
     """
-    install = INSTALL_AFTER_XLA if versions.torch_xla_ended(torch) else INSTALL
+    install = INSTALL_AFTER_XLA if lazy_xla.torch_xla_ended(torch) else INSTALL
     if not chips and not (native or xla):
         return Detection.missing(
             "TorchTPU (torch_tpu) is not installed and no TPU chip was found", install, "package_and_hardware_missing"

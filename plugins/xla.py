@@ -16,7 +16,7 @@ from anydevice import settings, versions
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
-from anydevice.shims.lazy_xla import PJRT_DEVICES, XlaVendor, requested_pjrt_device, xla_shims
+from anydevice.shims.lazy_xla import LAST_TORCH, PJRT_DEVICES, XlaVendor, requested_pjrt_device, torch_xla_ended, xla_shims
 
 if TYPE_CHECKING:
     from anydevice.diagnosis import Check, DoctorContext
@@ -41,6 +41,31 @@ UNSUPPORTED = {
 }
 
 INSTALL = "pip install torch_xla with the torch of the same major.minor (e.g. torch==2.9.0 torch_xla==2.9.0)"
+LAST = ".".join(map(str, LAST_TORCH))
+NATIVE_PACKAGES: dict[str, tuple[str, str, str]] = {
+    "tpu": ("TPU", "TorchTPU (torch_tpu)", "pip install torch_tpu on a Cloud TPU VM (torch 2.11 to 2.15)"),
+    "neuron": (
+        "Trainium",
+        "TorchNeuron (torch-neuronx)",
+        "pip install torch-neuronx from AWS's Neuron index on Trn2/Trn3 (torch 2.13 or 2.14)",
+    ),
+}
+"""Per device: its hardware, the native PyTorch package that replaces torch_xla there after torch 2.9, how to install it."""
+
+
+def end_note(torch_version: str) -> str:
+    """Why there is no torch_xla for this torch, and which native package each hardware uses instead."""
+    where = ", ".join(
+        f"on {hardware} {package} (ANYDEVICE={device})" for device, (hardware, package, _) in NATIVE_PACKAGES.items()
+    )
+    minor = ".".join(map(str, d.major_minor(torch_version)))
+    return f"none exists for torch {minor}: torch_xla ends at torch {LAST}; use {where}"
+
+
+def end_fix() -> str:
+    """How to get each native stack instead, or torch_xla itself in a torch 2.9 environment."""
+    native = "; ".join(f"ANYDEVICE={device}: {install}" for device, (_, _, install) in NATIVE_PACKAGES.items())
+    return f"{native}; torch_xla itself only beside torch {LAST}: pip install torch==2.9.0 torch_xla==2.9.0"
 
 
 def owner(pjrt: str, registry: Registry | None = None) -> DeviceSpec | None:
@@ -76,9 +101,8 @@ def detect() -> Detection:
     pair = versions.check_pair("torch_xla", "lockstep")
     if pair is None:
         torch = d.torch_version()
-        if versions.torch_xla_ended(torch):
-            ended = versions.torch_xla_end_note(torch or "")
-            return Detection.missing(f"torch_xla is not installed, and {ended}", versions.torch_xla_end_fix(), "package_missing")
+        if torch_xla_ended(torch):
+            return Detection.missing(f"torch_xla is not installed, and {end_note(torch or '')}", end_fix(), "package_missing")
         return Detection.missing("torch_xla is not installed", INSTALL, "package_missing")
     if not pair.ok:
         return Detection.missing(pair.reason, pair.fix, "version_mismatch")

@@ -46,6 +46,18 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 PJRT_DEVICES = ("CPU", "TPU", "CUDA", "NEURON")
+LAST_TORCH = (2, 9)
+"""torch_xla 2.9.0 (November 2025) is torch_xla's last release: there is none for torch 2.10 or later."""
+
+
+def torch_xla_ended(torch_version: str | None) -> bool:
+    """True when no torch_xla release exists for this torch (2.10 or later): the XLA paths are closed there."""
+    if torch_version is None:
+        return False
+    major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in torch_version.split(".")[:2])
+    return (major, minor) > LAST_TORCH
+
+
 """PJRT runtimes torch_xla 2.9 can select with ``PJRT_DEVICE``."""
 OPENXLA_OPTIONS = frozenset({"backend", "fullgraph", "dynamic", "disable"})
 """``torch.compile`` keywords ``openxla`` understands: it takes no inductor ``mode``/``options``."""

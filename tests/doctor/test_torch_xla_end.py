@@ -14,7 +14,7 @@ from importlib.util import find_spec
 import pytest
 
 from anydevice.plugins import neuron, tpu
-from anydevice.versions import torch_xla_ended
+from anydevice.shims.lazy_xla import torch_xla_ended
 from tests.utils import run
 
 TORCH = metadata.version("torch")

@@ -12,10 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from anydevice import detect as d
 from anydevice.plugins import neuron
 from anydevice.versions import PairCheck
 from tests.support.fake_torch_neuronx import NATIVE, XLA_BASED, install
 from tests.utils import anydevice_cli, python
+
+# The fake registers its device the way native TorchNeuron does, through torch's python-backend
+# registration (torch.utils.backend_registration._setup_privateuseone_for_python_backend), which torch
+# 2.9 lacks; native TorchNeuron itself exists only for torch 2.13 and 2.14 (on 2.9 Neuron is XLA-based).
+NATIVE_TORCH = d.major_minor(d.torch_version() or "0.0") >= neuron.NATIVE_SINCE
+needs_native_torch = pytest.mark.skipif(
+    not NATIVE_TORCH, reason=f"native TorchNeuron needs torch >= 2.10 (torch {d.torch_version()} here: Neuron is XLA-based)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +81,7 @@ def test_detection_reads_the_fake_metadata_without_importing_it(fake_native: Pat
 LOAD_NATIVE = """
 import json, os, sys, torch
 from pathlib import Path
+from anydevice import detect as d
 from anydevice.plugins import neuron
 neuron.prepare_environment()
 shims = neuron.load()
@@ -101,6 +111,7 @@ print(json.dumps({
 """
 
 
+@needs_native_torch
 def test_native_load_uses_the_documented_calls(fake_native: Path, tmp_path: Path) -> None:
     env = {"ANYDEVICE_CACHE_DIR": str(tmp_path), "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "FAKE_NEURON_CORES": "2"}
     out = _json(python("-c", LOAD_NATIVE, pythonpath=fake_native, env=env))
@@ -158,6 +169,7 @@ def test_xla_based_prepares_pjrt_and_the_compiler_cache(fake_xla: Path, tmp_path
     }
 
 
+@needs_native_torch
 def test_cli_keeps_autoload_from_importing_the_fake_for_cpu(fake_native: Path) -> None:
     plain = _json(
         python(
@@ -205,6 +217,7 @@ print(json.dumps({
 """
 
 
+@needs_native_torch
 def test_simulated_device_holds_tensors_and_trains(fake_native: Path) -> None:
     out = _json(python("-c", DEVICE_MEMORY, pythonpath=fake_native))
     assert out["device"] == "neuron:0" and out["round_trip"] is True and out["view_copy"] is True
