@@ -193,6 +193,7 @@ class CudaRedirect:
     def _unmapped(self, name: str, original: Any) -> Callable[..., Any]:
         device = self.backend.name
 
+        @functools.wraps(original)  # keeps __wrapped__: torch 2.15's dynamo reads torch.cuda.use_mem_pool.__wrapped__ at import
         def unmapped(*args: Any, **kwargs: Any) -> Any:
             self.warn(name, f"torch.cuda.{name} has no equivalent on {device}; calling CUDA's own, which may fail.")
             return original(*args, **kwargs)
