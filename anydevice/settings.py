@@ -138,13 +138,13 @@ CXX: Final = Setting(
 
 TORCH_NEURONX_NEFF_CACHE_DIR: Final = Setting(
     "TORCH_NEURONX_NEFF_CACHE_DIR",
-    "Where native TorchNeuron (torch-neuronx 2.14+) caches compiled NEFFs; anydevice sets it under "
+    "Where native TorchNeuron (torch-neuronx 2.13+) caches compiled NEFFs; anydevice sets it under "
     "ANYDEVICE_CACHE_DIR (`neuron-neff/`) when unset.",
     owner="torch-neuronx",
 )
 NEURON_CC_FLAGS: Final = Setting(
     "NEURON_CC_FLAGS",
-    "Flags for neuronx-cc on XLA-based torch-neuronx (< 2.14); anydevice appends `--cache_dir=` under "
+    "Flags for neuronx-cc on XLA-based torch-neuronx (2.9 and older); anydevice appends `--cache_dir=` under "
     "ANYDEVICE_CACHE_DIR (`neuron-cc/`) unless the flags already name one.",
     owner="torch-neuronx",
 )

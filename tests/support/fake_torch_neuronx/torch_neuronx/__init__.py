@@ -20,7 +20,7 @@ import torch
 
 FAKE = True
 __version__ = metadata.version("torch-neuronx")
-NATIVE = tuple(int(p) for p in __version__.split(".")[:2]) >= (2, 14)
+NATIVE = tuple(int(p) for p in __version__.split(".")[:2]) >= (2, 10)
 
 calls: dict[str, int] = {"synchronize": 0, "set_device": 0, "memory_stats": 0}
 _current = 0
