@@ -10,11 +10,12 @@ Each public ``torch.cuda`` name becomes exactly one of:
   :mod:`~anydevice.shims.cuda_compat.host_types`);
 * **refused**: :class:`~anydevice.errors.UnsupportedDeviceFunctionError` naming the call and the device.
 
-CUDA's own implementation is never called. The availability questions (:data:`TRUTHFUL`) are answered
-per caller: torch's own code (optimizers, DataLoader, dynamo, inductor, serialization, autocast) is told
-the truth (no CUDA here), so it never takes a CUDA-only path; the script and its libraries are told
-about the selected device. ``torch.accelerator`` is answered the same way, so a script that asks it
-for "the accelerator" gets the selected device. Exceptions (``torch.cuda.OutOfMemoryError``) are kept.
+CUDA's own implementation is never called. Every function answers per caller (one frame read): torch's
+own code (optimizers, DataLoader, dynamo, inductor, serialization, autocast) is told the truth, as on a
+torch without CUDA (:data:`TRUTHFUL`, seeds queued and dropped, otherwise :class:`CudaAbsentError`, a
+``RuntimeError``), so it never takes a CUDA-only path; the script and its libraries get the above.
+``torch.accelerator`` is answered the same way, so a script that asks it for "the accelerator" gets
+the selected device. Exceptions (``torch.cuda.OutOfMemoryError``) are kept.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def install_torch_cuda(r: Redirect) -> None:
     done: set[str] = set()
 
     def put(name: str, value: Any) -> None:
-        patch(cuda, name, value)
+        patch(cuda, name, value if isinstance(value, type) else _per_caller(name, value))
         done.add(name)
 
     for name in MAPPED:
@@ -124,7 +125,7 @@ def install_torch_cuda(r: Redirect) -> None:
     for name, target in ALIASES.items():
         put(name, _mapped(r, f"torch.cuda.{name}()", target))
     for name in TRUTHFUL:
-        put(name, _truthful(r, name, getattr(cuda, name)))
+        put(name, _device_answer(r, name))
     for name, (value, why) in NEUTRAL.items():
         if name not in done:
             put(name, _neutral(r, name, value, why))
@@ -168,25 +169,47 @@ def _mapped(r: Redirect, call: str, target: str) -> Callable[..., Any]:
     return functools.wraps(fn)(mapped) if callable(fn) else mapped
 
 
-def _truthful(r: Redirect, name: str, original: Any) -> Callable[..., Any]:
-    """Torch's own callers get :data:`TRUTHFUL`; the script gets the device module's answer."""
-    truth = TRUTHFUL[name]
-    call = f"torch.cuda.{name}()"
-    device_answer: Callable[..., Any]
-    if name == "is_current_stream_capturing":
-        device_answer = lambda *a, **k: r.neutral(call, False, "no CUDA graph is ever captured")  # noqa: E731
-    elif name == "is_initialized":
-        device_answer = lambda *a, **k: r.neutral(call, True, f"{r.name} was initialised when selected")  # noqa: E731
-    else:
-        device_answer = _mapped(r, call, name)
+class CudaAbsentError(RuntimeError):
+    """What torch's own code gets from a ``torch.cuda`` function under cuda-compat: CUDA is not here.
 
-    @functools.wraps(original)
+    A ``RuntimeError``, as on a torch without CUDA, so torch's ``except (AssertionError, RuntimeError)``
+    fallbacks (inductor's cache key, for one) take their non-CUDA path.
+    """
+
+
+LAZY_SEEDS = ("manual_seed", "manual_seed_all", "seed", "seed_all")
+"""Seeding calls torch makes itself (``torch.manual_seed``): queued and never run on a torch without CUDA."""
+
+
+def _per_caller(name: str, for_script: Callable[..., Any]) -> Callable[..., Any]:
+    """Torch's own callers see no CUDA (:data:`TRUTHFUL`, no-op seeds, :class:`CudaAbsentError`); the script ``for_script``."""
+    truth = TRUTHFUL.get(name, _RAISE)
+
     def answer(*args: Any, **kwargs: Any) -> Any:
         if called_from_torch():
-            return truth
-        return device_answer(*args, **kwargs)
+            if truth is not _RAISE:
+                return truth
+            if name in LAZY_SEEDS:
+                return None
+            raise CudaAbsentError(f"torch.cuda.{name}(): CUDA is not available (cuda-compat answers torch's own code truthfully)")
+        return for_script(*args, **kwargs)
 
+    answer.__name__ = answer.__qualname__ = name
+    answer.__doc__ = getattr(for_script, "__doc__", None)
     return answer
+
+
+_RAISE = object()
+
+
+def _device_answer(r: Redirect, name: str) -> Callable[..., Any]:
+    """What the script gets from an availability question: the device module's answer."""
+    call = f"torch.cuda.{name}()"
+    if name == "is_current_stream_capturing":
+        return lambda *a, **k: r.neutral(call, False, "no CUDA graph is ever captured")
+    if name == "is_initialized":
+        return lambda *a, **k: r.neutral(call, True, f"{r.name} was initialised when selected")
+    return _mapped(r, call, name)
 
 
 def _neutral(r: Redirect, name: str, value: Any, why: str) -> Callable[..., Any]:
