@@ -58,13 +58,49 @@ def last_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return row
 
 
+def close(got: list[float], want: list[float], tol: float = 1e-3) -> bool:
+    return len(got) == len(want) > 0 and all(abs(a - b) <= tol for a, b in zip(got, want))
+
+
 def test_cuda_tutorial_runs_unmodified_on_xla() -> None:
     compat = run(["-m", "anydevice", "run", "--cuda-compat", str(SCRIPTS / "tutorial.py")], ANYDEVICE="xla")
     by_hand = run([str(SCRIPTS / "tutorial_xla.py")])
     got, want = last_json(compat), last_json(by_hand)
-    assert got["device"] == "xla:0" and got["losses"] == want["losses"]
-    assert "anydevice: cuda-compat: CUDA calls run on xla (xla:0)" in compat.stderr
-    assert "torch.cuda.max_memory_allocated(): the PJRT CPU runtime reports no memory statistics" in compat.stderr
+    assert got["device"] == "xla:0" and close(got["losses"], want["losses"])
+    assert "anydevice: cuda-compat is active: CUDA calls run on xla (xla:0)" in compat.stderr
+    assert "torch.cuda.max_memory_allocated() -> 0 (the PJRT CPU runtime reports no memory statistics" in compat.stderr
+
+
+def test_gpt_script_runs_unmodified_on_xla_on_a_cuda_build_of_torch(tmp_path: Path) -> None:
+    """The XLA lane's torch is a CUDA build without a GPU: nothing may reach CUDA's driver (AdamW, pin_memory, GPU checkpoint)."""
+    from tests.cuda_compat.gpu_checkpoint import gpt_state, save_as_gpu
+
+    checkpoint = save_as_gpu(gpt_state(), tmp_path / "gpu.pt")
+    report = tmp_path / "report.json"
+    compat = run(
+        [str(SCRIPTS / "gpt_cuda.py"), f"--init={checkpoint}"],
+        ANYDEVICE="xla",
+        ANYDEVICE_CUDA_COMPAT="1",
+        ANYDEVICE_CUDA_COMPAT_REPORT=str(report),
+    )
+    by_hand = run([str(SCRIPTS / "gpt_port.py"), "--device=xla", f"--init={checkpoint}"])
+    got, want = last_json(compat), last_json(by_hand)
+    assert got["device"] == "xla:0" and close(got["losses"], want["losses"]), (got, want)
+    assert "CUDA driver" not in compat.stderr and "NVIDIA" not in compat.stderr
+    assert compat.stderr.count("AdamW(fused=True) has no fused kernel on xla") == 1
+    calls = {row["call"]: row for row in json.loads(report.read_text())["calls"]}
+    assert calls["optimizer.step()"]["kind"] == "redirected"  # a step boundary at every optimizer step
+    assert calls["Tensor.pin_memory()"]["kind"] == "answered neutrally"
+    assert calls["torch.load(<GPU checkpoint>)"]["outcome"] == "xla:0"
+
+
+def test_loader_script_with_torch_accelerator_and_pinned_loader_on_xla() -> None:
+    compat = run([str(SCRIPTS / "loader_cuda.py")], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1")
+    by_hand = run([str(SCRIPTS / "loader_port.py"), "--device=xla"])
+    got, want = last_json(compat), last_json(by_hand)
+    assert got["device"] == "xla:0" and got["reported"] == "xla"  # torch.accelerator names the real device
+    assert close(got["losses"], want["losses"]), (got, want)
+    assert "CUDA driver" not in compat.stderr
 
 
 def test_device_module_and_generator_on_xla() -> None:
