@@ -204,6 +204,7 @@ PROBES = [
     _p(
         "cuda_compat_script",
         cuda_compat_script,
-        "A CUDA-written script (.cuda(), pin_memory, fused AdamW, torch.cuda.Event) runs unmodified under --cuda-compat; losses match the CPU.",
+        "A CUDA-written script (.cuda(), pin_memory, fused AdamW, torch.cuda.Event) runs unmodified under "
+        "--cuda-compat; losses match the CPU.",
     ),
 ]
