@@ -171,7 +171,8 @@ class Redirect:
 
         @functools.wraps(load)
         def load_redirected(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if map_location is None or redirect.device(map_location, call="torch.load(map_location='cuda')") != map_location:
+            mapped = redirect.device(map_location, call="torch.load(map_location='cuda')")
+            if map_location is None or (not isinstance(map_location, dict) and mapped != map_location):
                 return redirect.load_gpu_checkpoint(load, f, map_location, args, kwargs)
             return load(f, redirect.device(map_location, call="torch.load(map_location='cuda')"), *args, **kwargs)
 
@@ -189,8 +190,10 @@ class Redirect:
 
         def restore(storage: Any, location: str) -> Any:
             if not location.startswith("cuda"):
-                return None if wanted is None else default_restore_location(storage, str(wanted))
-            self.report.add("torch.load(<GPU checkpoint>)", REDIRECTED, str(target))
+                if wanted is None:
+                    return None  # torch's default: where it was saved (the host)
+            else:
+                self.report.add("torch.load(<GPU checkpoint>)", REDIRECTED, str(target))
             if via_host:
                 gpu_storages.add(storage.data_ptr())
                 return storage  # read into host memory: XLA tensors have no storage to restore into
