@@ -93,7 +93,7 @@ def _cuda_script_reference() -> list[float]:
     losses = []
     for i in range(0, 96, 32):
         loss = torch.nn.functional.mse_loss(model(xs[i : i + 32]), ys[i : i + 32])
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
@@ -148,7 +148,7 @@ def _llama_losses(device: torch.device, step: Any, steps: int = 3) -> list[torch
     losses = []
     for _ in range(steps):
         loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         opt.zero_grad()
         step()
