@@ -54,6 +54,15 @@ def _unsupported(device: str) -> Mapping[str, str]:
         return {}
 
 
+def _tell(f: Any) -> int | None:
+    return int(f.tell()) if hasattr(f, "seek") and hasattr(f, "tell") else None
+
+
+def _seek(f: Any, where: int | None) -> None:
+    if where is not None:
+        f.seek(where)
+
+
 class Redirect:
     """State shared by the cuda-compat patches for one selected backend."""
 
@@ -172,9 +181,25 @@ class Redirect:
         @functools.wraps(load)
         def load_redirected(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
             mapped = redirect.device(map_location, call="torch.load(map_location='cuda')")
-            if map_location is None or (not isinstance(map_location, dict) and mapped != map_location):
+            if map_location is None:
+                where = _tell(f)
+                try:
+                    return load(f, None, *args, **kwargs)  # no cost unless the file holds CUDA storages
+                except RuntimeError as exc:
+                    if "CUDA" not in str(exc):
+                        raise
+                _seek(f, where)
+                return redirect.load_gpu_checkpoint(load, f, None, args, kwargs)
+            if isinstance(map_location, dict) or mapped == map_location:
+                return load(f, mapped, *args, **kwargs)
+            where = _tell(f)
+            try:
                 return redirect.load_gpu_checkpoint(load, f, map_location, args, kwargs)
-            return load(f, redirect.device(map_location, call="torch.load(map_location='cuda')"), *args, **kwargs)
+            except RuntimeError as exc:  # tensors saved by a device's own rebuild take a device, not a function
+                if "Callable map_location" not in str(exc):
+                    raise
+            _seek(f, where)
+            return load(f, str(redirect.target), *args, **kwargs)
 
         return load_redirected
 

@@ -164,3 +164,19 @@ def test_main_job_does_not_warn() -> None:
     row = last_json(done)
     assert row["steps"] == 30
     assert "RecompileWarning" not in done.stderr and "compiled a new" not in done.stderr
+
+
+def test_whole_model_saved_on_xla_loads_back_under_cuda_compat(tmp_path: Path) -> None:
+    """word_language_model's pattern: torch.save(model) on the device, torch.load(f) with no map_location."""
+    code = f"""
+import torch
+model = torch.nn.Linear(3, 2).cuda()
+with open({str(tmp_path / "model.pt")!r}, "wb") as f:
+    torch.save(model, f)
+with open({str(tmp_path / "model.pt")!r}, "rb") as f:
+    back = torch.load(f, weights_only=False)
+print("ok", back.weight.device, torch.equal(back.weight.cpu(), model.weight.cpu()))
+"""
+    done = run(["-c", code], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-3:] == ["ok", "xla:0", "True"]
