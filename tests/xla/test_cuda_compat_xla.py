@@ -180,3 +180,17 @@ print("ok", back.weight.device, torch.equal(back.weight.cpu(), model.weight.cpu(
     done = run(["-c", code], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-3:] == ["ok", "xla:0", "True"]
+
+
+def test_backward_passes_piling_up_without_a_step_boundary_warn_once() -> None:
+    code = """
+import torch
+model = torch.nn.Linear(4, 1).cuda()
+for _ in range(20):  # gradients accumulate, no optimizer.step(): one ever-growing graph
+    model(torch.randn(2, 4, device="cuda")).sum().backward()
+torch.cuda.synchronize()
+print("ok")
+"""
+    done = run(["-c", code], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1", ANYDEVICE_QUIET="")
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    assert done.stderr.count("16 backward passes were traced into one xla graph without a step boundary") == 1
