@@ -156,6 +156,36 @@ class Redirect:
         patch(torch.nn.Module, "to_empty", self._devices(torch.nn.Module.to_empty, "Module.to_empty", ints=True))
         self._dot_cuda()
         patch(torch, "load", self._load(torch.load))
+        self._storages()
+        self._default_tensor_type()
+
+    def _storages(self) -> None:
+        """``storage.cuda()`` (``map_location=lambda s, loc: s.cuda()``): the device, or host memory where storages cannot be."""
+        redirect = self
+        via_host = self.lazy or self.target.type == "cpu"
+
+        def storage_cuda(self: Any, device: Any = None, non_blocking: bool = False) -> Any:
+            redirect.report.add("Storage.cuda()", REDIRECTED, "host memory" if via_host else str(redirect.target))
+            return self if via_host else self.to(device=redirect.target, non_blocking=non_blocking)
+
+        for owner in (torch.storage._StorageBase, torch.TypedStorage):
+            self.patches.set(owner, "cuda", storage_cuda)
+
+    def _default_tensor_type(self) -> None:
+        """``torch.set_default_tensor_type("torch.cuda.FloatTensor")``: that dtype on the selected device."""
+        original = torch.set_default_tensor_type
+        redirect = self
+
+        @functools.wraps(original)
+        def set_default_tensor_type(t: Any) -> None:
+            name = t if isinstance(t, str) else f"{getattr(t, '__module__', '')}.{getattr(t, '__name__', '')}"
+            if not name.startswith("torch.cuda."):
+                return original(t)
+            redirect.report.add(f"torch.set_default_tensor_type({name!r})", REDIRECTED, str(redirect.target))
+            original(f"torch.{name.removeprefix('torch.cuda.')}")
+            torch.set_default_device(redirect.target)
+
+        self.patches.set(torch, "set_default_tensor_type", set_default_tensor_type)
 
     def _dot_cuda(self) -> None:
         to = torch.Tensor.to

@@ -200,6 +200,8 @@ def test_gpu_checkpoint_loads_without_map_location(compat: Any, tmp_path: Path) 
     loaded = torch.load(path)
     assert all(loaded[k].device.type == "cpu" and torch.equal(loaded[k], v) for k, v in state.items())
     assert torch.equal(torch.load(path, map_location="cuda")["head.bias"], state["head.bias"])
+    by_storage = torch.load(path, map_location=lambda storage, loc: storage.cuda())  # imagenet-style resume
+    assert torch.equal(by_storage["emb.weight"], state["emb.weight"])
 
 
 def test_pin_memory_and_fused_optimizer(compat: Any) -> None:
