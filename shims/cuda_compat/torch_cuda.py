@@ -290,6 +290,17 @@ def _streams(r: Redirect, put: Callable[[str, Any], None]) -> None:
 
     for fn in (current_stream, default_stream, stream, set_stream):
         put(fn.__name__, fn)
+    record_stream = torch.Tensor.record_stream
+    host_stream = types["Stream"]
+
+    def record_stream_on_queue(self: torch.Tensor, stream: Any) -> None:
+        """``tensor.record_stream(torch.cuda.current_stream())`` (prefetchers): one queue, nothing to record."""
+        if isinstance(stream, host_stream):
+            r.neutral("Tensor.record_stream()", None, f"{r.name} runs one in-order queue")
+            return None
+        return record_stream(self, stream)  # type: ignore[no-any-return]
+
+    r.patches.set(torch.Tensor, "record_stream", record_stream_on_queue)
 
 
 def _nvtx(r: Redirect) -> None:

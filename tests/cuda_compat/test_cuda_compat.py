@@ -187,8 +187,12 @@ def test_types_stay_types(compat: Any) -> None:
     end.record()
     end.synchronize()
     assert isinstance(end, torch.cuda.Event) and start.elapsed_time(end) >= 0.0
-    with torch.cuda.stream(torch.cuda.Stream()), torch.cuda.device(0):
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side), torch.cuda.device(0):  # an apex/imagenet-style prefetcher
         assert torch.cuda.current_stream() == torch.cuda.default_stream()
+        batch = torch.ones(2).cuda(non_blocking=True)
+    torch.cuda.current_stream().wait_stream(side)
+    batch.record_stream(torch.cuda.current_stream())
     legacy = torch.cuda.FloatTensor(3)
     assert isinstance(legacy, torch.cuda.FloatTensor) and legacy.device.type == "cpu"
     assert not isinstance(torch.zeros(2, dtype=torch.long), torch.cuda.FloatTensor)
