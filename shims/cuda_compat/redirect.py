@@ -158,6 +158,7 @@ class Redirect:
         patch(torch, "load", self._load(torch.load))
         self._storages()
         self._default_tensor_type()
+        patch(torch, "Generator", _generator_type(self))
 
     def _storages(self) -> None:
         """``storage.cuda()`` (``map_location=lambda s, loc: s.cuda()``): the device, or host memory where storages cannot be."""
@@ -267,3 +268,30 @@ class Redirect:
     def restore(self) -> None:
         """Undo every patch."""
         self.patches.restore()
+
+
+def _generator_type(redirect: Redirect) -> type:
+    """``torch.Generator`` that makes ``Generator(device="cuda")`` on the selected device (the host on lazy devices).
+
+    Its instances are torch's own generators, and ``isinstance(g, torch.Generator)`` holds for every generator.
+    """
+    native = torch._C.Generator
+    where = torch.device("cpu") if redirect.lazy else redirect.target  # XLA has no device generators
+
+    class GeneratorType(type):
+        def __instancecheck__(cls, obj: object) -> bool:
+            return isinstance(obj, native)
+
+        def __subclasscheck__(cls, other: type) -> bool:
+            return issubclass(other, native)
+
+        def __call__(cls, device: Any = "cpu") -> Any:
+            mapped = redirect.device(device, call="torch.Generator(device='cuda')")
+            if mapped is not device:
+                mapped = where
+            return native(device=mapped)
+
+        def __getattr__(cls, name: str) -> Any:
+            return getattr(native, name)
+
+    return GeneratorType("Generator", (), {"__module__": "torch", "__doc__": native.__doc__})

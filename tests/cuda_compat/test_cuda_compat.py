@@ -193,6 +193,9 @@ def test_types_stay_types(compat: Any) -> None:
         batch = torch.ones(2).cuda(non_blocking=True)
     torch.cuda.current_stream().wait_stream(side)
     batch.record_stream(torch.cuda.current_stream())
+    g = torch.Generator(device="cuda").manual_seed(0)
+    assert isinstance(g, torch.Generator) and isinstance(torch.default_generator, torch.Generator)
+    assert torch.equal(torch.randn(3, generator=g, device="cuda"), torch.randn(3, generator=torch.Generator().manual_seed(0)))
     legacy = torch.cuda.FloatTensor(3)
     assert isinstance(legacy, torch.cuda.FloatTensor) and legacy.device.type == "cpu"
     assert not isinstance(torch.zeros(2, dtype=torch.long), torch.cuda.FloatTensor)
