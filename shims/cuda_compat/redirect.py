@@ -133,10 +133,16 @@ class Redirect:
         device = self.device
         call = f"{label}(device='cuda')"
 
+        torch_device = torch.device
+        maybe = (str, dict, int) if ints else (str, dict)
+
         @functools.wraps(fn)
         def redirected(*args: Any, **kwargs: Any) -> Any:
-            if args:
-                args = tuple([device(a, ints, call) for a in args])
+            for a in args:  # inline: the common case (a tensor, a CPU/XLA device, a dtype) rewrites nothing
+                kind = a.__class__
+                if (kind is torch_device and a.type == "cuda") or kind in maybe:
+                    args = tuple([device(a, ints, call) for a in args])
+                    break
             if kwargs and "device" in kwargs:
                 kwargs["device"] = device(kwargs["device"], True, call)
             return fn(*args, **kwargs)
