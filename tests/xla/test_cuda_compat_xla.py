@@ -194,3 +194,21 @@ print("ok")
     done = run(["-c", code], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1", ANYDEVICE_QUIET="")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
     assert done.stderr.count("16 backward passes were traced into one xla graph without a step boundary") == 1
+
+
+def test_gpt_script_on_the_cpu_of_a_cuda_build_reaches_no_cuda_driver() -> None:
+    """ANYDEVICE=cpu on torch 2.9.0+cu128 without a GPU: fused AdamW, pin_memory, events never reach CUDA's own functions."""
+    compat = run([str(SCRIPTS / "gpt_cuda.py")], ANYDEVICE="cpu", ANYDEVICE_CUDA_COMPAT="1")
+    by_hand = run([str(SCRIPTS / "gpt_port.py"), "--device=cpu"], ANYDEVICE="cpu")
+    got, want = last_json(compat), last_json(by_hand)
+    assert got["device"] == "cpu" and close(got["losses"], want["losses"], 1e-5), (got, want)
+    assert "CUDA driver" not in compat.stderr and "NVIDIA" not in compat.stderr
+
+
+@pytest.mark.slow
+def test_gpt_script_with_torch_compile_on_xla() -> None:
+    compat = run([str(SCRIPTS / "gpt_cuda.py"), "--compile=1", "--steps=3"], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1")
+    by_hand = run([str(SCRIPTS / "gpt_port.py"), "--device=xla", "--compile=1", "--steps=3"])
+    got, want = last_json(compat), last_json(by_hand)
+    assert close(got["losses"], want["losses"]), (got, want)
+    assert "torch.compile() -> backend='openxla'" in compat.stderr or "openxla" in compat.stderr
