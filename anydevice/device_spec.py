@@ -65,11 +65,14 @@ class Hardware:
         one entry per chip or node found.
     :param ray_resource: the Ray resource one worker asks for (``GPU``, ``TPU``), or a function deciding
         it at launch time (``anydevice.integrations.ray``); None: a worker needs only a CPU.
+    :param host: the device is the host CPU: its ranks share the cores, so ``anydevice run -n`` bounds
+        them per core rather than one per device.
     """
 
     pjrt_names: tuple[str, ...] = ()
     scan: Callable[[], list[str]] | None = None
     ray_resource: str | Callable[[], str | None] | None = None
+    host: bool = False
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,7 @@ def chip() -> str | None:
 
 
 def detect() -> Detection:
-    # No count: the host is one device whose cores ranks share (`anydevice run -n` allows 4 per core).
-    return Detection.ok("the CPU is always available", chip=chip(), cores=str(os.cpu_count()))
+    return Detection.ok("the CPU is always available", count=1, chip=chip(), cores=str(os.cpu_count()))
 
 
 def load() -> Shims:
@@ -52,6 +51,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             detect=detect,
             load=load,
             priority=0,
-            hardware=Hardware(pjrt_names=("CPU",)),
+            hardware=Hardware(pjrt_names=("CPU",), host=True),  # ranks share the cores: `run -n` allows 4 per core
         )
     )

@@ -64,6 +64,8 @@ NEURON_CC_FLAGS = Setting(
     "ANYDEVICE_CACHE_DIR (`neuron-cc/`) unless the flags already name one.",
     owner="torch-neuronx",
 )
+NEURON_SETTINGS = (NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES, TORCH_NEURONX_NEFF_CACHE_DIR, NEURON_CC_FLAGS, PJRT_DEVICE)
+"""Every variable the device reads (``PJRT_DEVICE``: the XLA-based releases' runtime)."""
 PERFETTO_NTFF = "Neuron Explorer, or Perfetto for the trace.json (device traces are .ntff)"
 
 
@@ -237,7 +239,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             verified_on_hardware=False,
             vendor_modules=("torch_neuronx", "torch_xla"),
             paired_packages={DISTRIBUTION: pair_rule, "torch_xla": "lockstep"},
-            settings=(NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES, TORCH_NEURONX_NEFF_CACHE_DIR, NEURON_CC_FLAGS, PJRT_DEVICE),
+            settings=NEURON_SETTINGS,
             hardware=Hardware(pjrt_names=("NEURON",), scan=neuron_devices, ray_resource="neuron_cores"),
         )
     )

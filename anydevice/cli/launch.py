@@ -184,8 +184,8 @@ def single_process(spec: LaunchSpec) -> int:
 
 
 # --- Integrations hook (anydevice.integrations): libraries that pick a device on their own. -------------
-# Hugging Face Transformers/Accelerate read their device choice from the environment at import: the parent
-# adds what the selected device's shims declare (Shims.framework_env) to every child's environment, and each
+# Hugging Face Transformers/Accelerate read their device choice from the environment at import: the parent adds
+# the variables each integration computes for the selected device (anydevice.integrations) to every child's environment; each
 # rank installs an import hook (it imports nothing) that fixes Trainer's optimizer where the device rejects it.
 
 
@@ -326,11 +326,11 @@ def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
 def check_nproc(nproc: int, device: str, spec: DeviceSpec, detection: Detection) -> None:
     """Refuse ``-n`` above what the device takes on one node, before any planning work.
 
-    A device of known count takes one process per device; the host (cpu, whose detection gives no
-    count) and any device of unknown count take :data:`PROCESSES_PER_CORE` per CPU core.
+    A device of known count takes one process per device; the host (``DeviceSpec.hardware.host``: cpu)
+    and any device of unknown count take :data:`PROCESSES_PER_CORE` per CPU core.
     """
     cores = os.cpu_count() or 1
-    if detection.count:
+    if detection.count and not (spec.hardware is not None and spec.hardware.host):
         limit, why = detection.count, f"{detection.count} {device} device(s) visible here, one process each"
     else:
         limit, why = PROCESSES_PER_CORE * cores, f"{PROCESSES_PER_CORE} processes per CPU core, {cores} core(s) here"
