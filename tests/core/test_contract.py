@@ -49,3 +49,29 @@ def test_vendor_variables_are_declared_by_their_plugins() -> None:
     assert not hasattr(settings, "PJRT_DEVICE") and not hasattr(settings, "CUDA_VISIBLE_DEVICES")
     table = settings.markdown_table(settings.builtin_plugin_settings())
     assert table.count("`PJRT_DEVICE`") == 1  # declared by xla, tpu and neuron: listed once
+
+
+def test_the_required_members_are_the_ones_docs_architecture_lists() -> None:
+    """Without a default: DeviceSpec's name, detect and load, and the device type the shims are built with."""
+    import dataclasses
+    import inspect
+
+    from anydevice.shims import contracts
+    from tests.utils import REPO
+
+    required = [
+        f.name
+        for f in dataclasses.fields(DeviceSpec)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    assert required == ["name", "detect", "load"]
+    for shim, argument in [
+        (contracts.Placement, "device_type"),
+        (contracts.Compilation, "device_type"),
+        (contracts.Profiling, "device_type"),
+        (contracts.Collectives, "placement"),
+    ]:
+        assert list(inspect.signature(shim.__init__).parameters) == ["self", argument]
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    listed = doc.split("**no default**", 1)[1].split("Everything else has a default", 1)[0]
+    assert all(f"`DeviceSpec.{name}`" in listed for name in required) and "Collectives(placement)" in listed
