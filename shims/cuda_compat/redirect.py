@@ -72,7 +72,7 @@ class Redirect:
         self.module = device_module
         self.target: torch.device = self.placement.device()
         self.name = backend.name
-        self.lazy = self.placement.compilations() is not None  # a graph is built and compiled per step
+        self.lazy = backend.compilations is not None  # a graph is built and compiled per step (lazy devices)
         collectives = backend.shims.collectives
         self.dist_backend: str = collectives.backend
         self.init_method: str = collectives.init_method
