@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from anydevice.backend import Backend
 
-from anydevice.shims.optimizers import fused_optimizer_supported as fused_optimizer_supported
+from anydevice.optimizers import fused_optimizer_supported as fused_optimizer_supported
 
 WATCHED = ("transformers", "accelerate", "diffusers")
 """Libraries that read :func:`environment` at import: too late once one of them is imported."""

@@ -76,8 +76,9 @@ class Redirect:
         collectives = backend.shims.collectives
         self.dist_backend: str = collectives.backend
         self.init_method: str = collectives.init_method
-        self.indexed = self.target.type not in ("cpu", "xla")  # takes device ids (DDP, init_process_group)
-        self.pinned_memory = self.target.type != "cpu" and "pin_memory" not in _unsupported(backend.name)
+        self.host = self.target.index is None  # the device is the host CPU (no index; plugins declare host=True)
+        self.indexed = not (self.host or self.lazy)  # takes device ids (DDP, init_process_group)
+        self.pinned_memory = not self.host and "pin_memory" not in _unsupported(backend.name)
         self.report = MigrationReport(backend.name if str(self.target) == backend.name else f"{backend.name} ({self.target})")
         self.patches = Patches()
         self._said: set[str] = set()
@@ -169,7 +170,7 @@ class Redirect:
     def _storages(self) -> None:
         """``storage.cuda()`` (``map_location=lambda s, loc: s.cuda()``): the device, or host memory where storages cannot be."""
         redirect = self
-        via_host = self.lazy or self.target.type == "cpu"
+        via_host = self.lazy or self.host
 
         def storage_cuda(self: Any, device: Any = None, non_blocking: bool = False) -> Any:
             redirect.report.add("Storage.cuda()", REDIRECTED, "host memory" if via_host else str(redirect.target))
@@ -246,7 +247,7 @@ class Redirect:
 
         default_restore_location: Callable[[Any, str], Any] = default
 
-        target, via_host = self.target, self.lazy or self.target.type == "cpu"
+        target, via_host = self.target, self.lazy or self.host
         gpu_storages: set[int] = set()
         wanted = None if asked is None else self.device(asked)
 
@@ -262,7 +263,7 @@ class Redirect:
             return default_restore_location(storage, str(target))
 
         result = load(f, restore, *args, **kwargs)
-        if gpu_storages and target.type != "cpu":
+        if gpu_storages and not self.host:
             from torch.utils._pytree import tree_map_only
 
             def move(t: torch.Tensor) -> torch.Tensor:

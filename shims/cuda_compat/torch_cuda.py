@@ -129,7 +129,7 @@ def install_torch_cuda(r: Redirect) -> None:
     for name, (value, why) in NEUTRAL.items():
         if name not in done:
             put(name, _neutral(r, name, value, why))
-    if r.target.type == "cpu":
+    if r.host:
         for name, fn in RNG_CPU.items():
             put(name, _counted(r, name, fn, "the CPU generator"))
     put("make_graphed_callables", _graphed(r))
@@ -261,7 +261,7 @@ def _graphed(r: Redirect) -> Callable[..., Any]:
 def _streams(r: Redirect, put: Callable[[str, Any], None]) -> None:
     """Streams and events: the device's own where it has them (not cpu), else the host stand-ins."""
     native = getattr(r.module, "_native", None)
-    if r.target.type != "cpu" and all(hasattr(native, n) for n in ("Stream", "Event", "current_stream", "stream")):
+    if not r.host and all(hasattr(native, n) for n in ("Stream", "Event", "current_stream", "stream")):
         for name in ("Stream", "Event", "current_stream", "stream"):
             put(name, getattr(native, name))
         return
