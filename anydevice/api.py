@@ -102,7 +102,9 @@ def save(obj: Any, path: str | Path) -> None:
     only once the file is in place, so ``ad.save(...); ad.load(...)`` works on every rank of a
     shared filesystem, and raises on every rank when rank 0 failed.
     """
-    current().shims.placement.save(obj, Path(path))
+    from anydevice.saving import save as save_file
+
+    save_file(obj, Path(path))
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu", weights_only: bool = True) -> Any:

@@ -1,4 +1,4 @@
-"""Helpers every shim implementation shares: moving nested objects, portable atomic saves, ranks."""
+"""Helpers every shim implementation shares: moving nested objects, ranks, prefetching."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-
-from anydevice.shims.saving import atomic_write, on_main_rank
 
 T = TypeVar("T")
 
@@ -61,25 +59,6 @@ def global_rank() -> int:
 def local_rank() -> int:
     """This process's rank on its node (``LOCAL_RANK``), 0 without a launcher."""
     return int(os.environ.get("LOCAL_RANK", "0") or 0)
-
-
-def atomic_save(obj: Any, path: Path | str, writer: Callable[[Any, Any], None] = torch.save) -> None:
-    """``writer(obj, file)`` (``torch.save``) to a temporary file beside ``path``, fsync, then rename over it.
-
-    A crash mid-write leaves the previous file intact; readers never see a partial file. The file
-    gets the umask's mode, a symlinked ``path`` has its target updated, the directory is fsynced
-    after the rename and stale temporaries of killed saves there are removed (see ``saving``).
-    """
-    atomic_write(path, lambda handle: writer(obj, handle))
-
-
-def portable_save(obj: Any, path: Path | str, device: torch.device | None = None) -> None:
-    """Save ``obj`` with every tensor on CPU, written once (by the main rank) and atomically.
-
-    With a process group up, every rank returns only once rank 0's file is in place (or raises
-    when rank 0 failed); without one, the process writes whatever ``RANK`` says.
-    """
-    on_main_rank(lambda: atomic_save(to_cpu(obj), path), f"save {path}", device)
 
 
 class Prefetcher(Iterable[T]):

@@ -65,12 +65,6 @@ class Placement(Protocol):
     def data_loader(self, loader: Iterable[T]) -> Iterable[T]:
         """Wrap a loader so that batches arrive on the device, prefetched the device's way."""
 
-    def save(self, obj: Any, path: Path) -> None:
-        """Write ``obj`` portably (tensors moved to CPU first) and atomically, once, by the main rank.
-
-        With a process group up it is collective: every rank returns once the file is in place.
-        """
-
     def fallback_ops(self) -> dict[str, int]:
         """Per-op counts of ops the runtime ran on the CPU instead of the device since the process started.
 
@@ -86,6 +80,21 @@ class Placement(Protocol):
 
     def compilations(self) -> int | None:
         """Graphs compiled at ``step()`` since selection (lazy devices); None where nothing compiles per step."""
+
+
+@runtime_checkable
+class HostTransfer(Protocol):
+    """Optional placement capability ``ad.save`` asks for: the device's own way to bring tensors to the host.
+
+    A placement without it gets the portable default: every tensor copied with
+    ``tensor.detach().to("cpu")`` and every process without a process group writes.
+    """
+
+    def to_host(self, obj: T) -> T:
+        """A copy of ``obj`` with every device tensor on the CPU, in as few transfers as the device allows."""
+
+    def is_writer(self) -> bool:
+        """Whether this process writes an ``ad.save`` when no process group is up (False on a follower)."""
 
 
 @runtime_checkable

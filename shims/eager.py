@@ -24,7 +24,7 @@ from anydevice import settings
 from anydevice.cli.launch import LaunchSpec, registered_launcher
 from anydevice.errors import UnsupportedFeatureError
 from anydevice.shims import common, compile_options, parallel, torch_profiler
-from anydevice.shims.common import Prefetcher, local_rank, portable_save
+from anydevice.shims.common import Prefetcher, local_rank
 from anydevice.shims.contracts import MemoryStats, Shims, TraceSession
 from anydevice.shims.torch_profiler import torch_profiler_trace
 
@@ -148,9 +148,6 @@ class EagerPlacement:
 
     def data_loader(self, loader: Iterable[T]) -> Iterable[T]:
         return Prefetcher(loader, self.device(), non_blocking=not self.vendor.host)
-
-    def save(self, obj: Any, path: Path) -> None:
-        portable_save(obj, path, self.device())
 
     def fallback_ops(self) -> dict[str, int]:
         """Eager runtimes keep no fallback counters (a CPU fallback shows as a warning the matrix reads)."""

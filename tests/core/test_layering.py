@@ -123,7 +123,8 @@ def test_shims_hold_only_shim_code() -> None:
 def test_the_contract_declares_what_core_and_the_matrix_call() -> None:
     """Methods looked up on shims by core and the matrix are declared, with a docstring saying what they do."""
     declared = {
-        contracts.Placement: ("fallback_ops", "device", "step", "save"),
+        contracts.Placement: ("fallback_ops", "device", "step"),
+        contracts.HostTransfer: ("to_host", "is_writer"),
         contracts.Collectives: ("launch", "launch_env", "wrap", "lacking_reduce_ops"),
         contracts.Compilation: ("compile", "cache_dir"),
         contracts.Profiling: ("record", "trace", "peak_flops", "chip"),
