@@ -6,7 +6,6 @@ import copy
 import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
