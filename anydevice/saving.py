@@ -2,26 +2,26 @@
 
 The device is asked only how to bring tensors to the host (the optional
 :class:`~anydevice.shims.contracts.HostTransfer` capability: one batched transfer on lazy XLA
-devices); without it each tensor is copied with ``tensor.detach().to("cpu")``. Writing the
-file is the same on every device.
+devices); without it each tensor is copied with ``tensor.detach().to("cpu")``. Writing is the
+same on every device: :func:`anydevice.safe_place.open_place` finds the file without following
+untrusted links, :func:`anydevice.publish.write_file` publishes it with one rename.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from anydevice.backend import current
+from anydevice.errors import CheckpointError
 
 T = TypeVar("T")
 
 
 def save(obj: Any, path: Path) -> None:
     """Write ``obj`` to ``path`` portably; collective with a process group (see :func:`anydevice.save`)."""
-    import torch
-
     from anydevice.shims.contracts import HostTransfer
-    from anydevice.shims.saving import atomic_write, group_rank, on_main_rank
 
     placement = current().shims.placement
     transfer = placement if isinstance(placement, HostTransfer) else None
@@ -30,9 +30,24 @@ def save(obj: Any, path: Path) -> None:
 
     def write() -> None:
         host = transfer.to_host(obj) if transfer is not None else host_copy(obj)
-        atomic_write(path, lambda handle: torch.save(host, handle))
+        write_torch_file(host, path)
 
     on_main_rank(write, f"save {path}", placement.device())
+
+
+def write_torch_file(obj: Any, path: Path) -> None:
+    """``torch.save(obj)`` to ``path`` safely: no untrusted link followed, one atomic rename, errors naming the file."""
+    import torch
+
+    from anydevice.publish import write_file
+    from anydevice.safe_place import open_place, save_error
+
+    try:
+        place = open_place(path)
+    except OSError as exc:
+        raise save_error(path, exc) from None
+    with place:
+        write_file(place, lambda handle: torch.save(obj, handle))
 
 
 def host_copy(obj: T) -> T:
@@ -40,3 +55,46 @@ def host_copy(obj: T) -> T:
     from anydevice.shims.common import to_cpu
 
     return to_cpu(obj)
+
+
+def group_rank() -> int | None:
+    """This process's rank in the initialised default process group, None without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    return None
+
+
+def on_main_rank(action: Callable[[], None], what: str, device: Any = None) -> None:
+    """Run ``action`` on the main rank; with a process group, every rank returns only after it finished.
+
+    Without a process group the process always acts (``RANK`` alone does not make a process a
+    follower). With one, rank 0 acts and then broadcasts whether it succeeded, so the other ranks
+    neither return before the file is in place nor wait forever when rank 0 failed: they raise
+    :class:`~anydevice.errors.CheckpointError`. ``device`` holds the status tensor for backends
+    that cannot broadcast CPU tensors (the placement's device); gloo always uses the CPU.
+    """
+    rank = group_rank()
+    if rank is None:
+        action()
+        return
+    import torch
+    import torch.distributed as dist
+
+    failure: BaseException | None = None
+    if rank == 0:
+        try:
+            action()
+        except Exception as exc:  # reported to the other ranks, then re-raised here
+            failure = exc
+    backend = str(dist.get_backend())
+    on = "cpu" if device is None or "gloo" in backend else device
+    status = torch.tensor([0 if failure is None else 1], dtype=torch.int32, device=on)
+    dist.broadcast(status, src=0)
+    if failure is not None:
+        raise failure
+    if int(status.item()) != 0:
+        raise CheckpointError(
+            f"Rank 0 failed to {what}, so this rank did not continue.", "Rank 0's error in its output says why."
+        )
