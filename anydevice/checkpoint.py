@@ -71,8 +71,9 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
     target = Path(directory)
     state_dict = _state_dict(_Parts(state))
     main = group_rank() in (None, 0)
-    job = _begin(target) if main else None
-    tmp = _shared_temp(job)
+    begun = _begin(target) if main else None
+    tmp = _shared_temp(begun)  # raises on every rank when rank 0 could not begin
+    job = begun if isinstance(begun, _Job) else None
 
     def publish() -> None:
         assert job is not None

@@ -464,6 +464,7 @@ def _renameat2(dir_fd: int, source: str, target: str, flags: int) -> int | None:
     """The errno of ``renameat2`` (0 on success), or None where it is unavailable (no symbol, ENOSYS, EINVAL)."""
     global _libc_renameat2
     if _libc_renameat2 is None:
+        function: Any
         try:
             function = ctypes.CDLL(None, use_errno=True).renameat2
         except (AttributeError, OSError):
