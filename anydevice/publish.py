@@ -38,12 +38,12 @@ MARKER = ".anydevice-checkpoint"
 METADATA = ".metadata"
 
 GRACE_S = 60.0
-"""An unlocked temporary that is still empty and younger than this may belong to a writer that has not locked it yet."""
+"""A ``.NAME.anydevice-new.<hex>`` (a temporary in the instant between its creation and its lock) is left alone this long."""
 
 STALE_AFTER_S = 3600.0
 """Where locks do not work (``ENOLCK``), or for anydevice 0.2's names, a temporary this old is stale."""
 
-_OURS = re.compile(r"^\..+\.anydevice-(?P<kind>tmp|old)\.(?P<token>[0-9a-f]{16})$")
+_OURS = re.compile(r"^\..+\.anydevice-(?P<kind>tmp|old|new)\.(?P<token>[0-9a-f]{16})$")
 _V02 = re.compile(r"^\..+\.\d+@[A-Za-z0-9._-]*\.[0-9a-f]{8}\.tmp$")  # anydevice 0.2's temporaries
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -51,7 +51,7 @@ _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 
 
 def temp_name(name: str, token: str | None = None, kind: str = "tmp") -> str:
-    """The hidden name of a temporary (``kind="tmp"``) or moved-aside checkpoint (``"old"``) for ``name``."""
+    """The hidden name of a temporary (``kind="tmp"``; ``"new"`` until it is locked) or moved-aside checkpoint (``"old"``)."""
     return f".{name[:200]}.anydevice-{kind}.{token or secrets.token_hex(8)}"
 
 
@@ -87,8 +87,8 @@ def lock(fd: int, *, wait: bool, shared: bool = False) -> bool | None:
 def remove_stale_temps(place: Place) -> list[str]:
     """Delete the temporaries that dead writers of ours left beside ``place``; return their names.
 
-    A name matching ``.NAME.anydevice-tmp.<hex>`` is removed when its lock can be taken (an empty
-    one only after :data:`GRACE_S`); where locks do not work, after :data:`STALE_AFTER_S`.
+    A name matching ``.NAME.anydevice-tmp.<hex>`` is removed when its lock can be taken (a
+    ``-new`` one only after :data:`GRACE_S`); where locks do not work, after :data:`STALE_AFTER_S`.
     anydevice 0.2's ``.NAME.PID@HOST.TOKEN.tmp`` after :data:`STALE_AFTER_S`. A moved-aside
     ``.NAME.anydevice-old.<hex>`` (only the two-rename fallback makes one) whose writer is dead is
     renamed back to ``NAME`` when nothing is there (the crash fell between the two renames), else
@@ -103,8 +103,8 @@ def remove_stale_temps(place: Place) -> list[str]:
     for name in names:
         match = _OURS.match(name)
         try:
-            if match is not None and match["kind"] == "tmp":
-                if _writer_dead(place.fd, name, now):
+            if match is not None and match["kind"] in ("tmp", "new"):
+                if _writer_dead(place.fd, name, now, grace=match["kind"] == "new"):
                     _remove(place.fd, name)
                     removed.append(name)
             elif match is not None:
@@ -124,8 +124,8 @@ def remove_stale_temps(place: Place) -> list[str]:
     return removed
 
 
-def _writer_dead(dir_fd: int, name: str, now: float) -> bool:
-    """True when the temporary ``name`` exists and no live writer holds its lock."""
+def _writer_dead(dir_fd: int, name: str, now: float, grace: bool = False) -> bool:
+    """True when the temporary ``name`` exists and no live writer holds its lock (and, with ``grace``, it is old)."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -139,7 +139,7 @@ def _writer_dead(dir_fd: int, name: str, now: float) -> bool:
         try:
             fd = os.open(MARKER, os.O_RDONLY | _NOFOLLOW | _CLOEXEC, dir_fd=inner)
         except FileNotFoundError:
-            return age > GRACE_S  # made, never marked: its writer died between mkdir and the marker
+            return not grace or age > GRACE_S  # a -tmp is marked before it is named: a dead writer was deleting it
         finally:
             os.close(inner)
     elif stat.S_ISREG(st.st_mode):
@@ -150,7 +150,7 @@ def _writer_dead(dir_fd: int, name: str, now: float) -> bool:
         taken = lock(fd, wait=False, shared=True)  # fails while the writer holds its exclusive lock
         if taken is None:
             return age > STALE_AFTER_S
-        return taken and (os.fstat(fd).st_size > 0 or age > GRACE_S)
+        return taken and (not grace or age > GRACE_S)
     finally:
         os.close(fd)
 
@@ -245,15 +245,13 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any]) -> None:
     if existing is not None:
         check_replaceable_file(place, existing)
     remove_stale_temps(place)
-    name = temp_name(place.name)
     try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=place.fd)
+        fd, name = _locked_temp_file(place)
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM) and existing is not None:
             _write_in_place(place, existing, write)
             return
         raise save_error(place.path, exc) from None
-    lock(fd, wait=True)  # held until the rename: cleanup by other savers leaves this temporary alone
     recorder: _Recorder | None = None
     try:
         with os.fdopen(os.dup(fd), "wb") as handle:
@@ -271,6 +269,25 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any]) -> None:
     finally:
         os.close(fd)
     fsync_directory(place.fd)
+
+
+def _locked_temp_file(place: Place) -> tuple[int, str]:
+    """A new temporary file beside ``place``, locked before it gets its ``-tmp`` name; returns its fd and name.
+
+    Created as ``-new`` and renamed once locked, so every ``-tmp`` file that is not locked has a
+    dead writer, whatever size it has (a kill before the first write leaves an empty one).
+    """
+    token = secrets.token_hex(8)
+    new, name = temp_name(place.name, token, "new"), temp_name(place.name, token)
+    fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=place.fd)
+    try:
+        lock(fd, wait=True)  # held until the publishing rename: other savers' cleanup leaves it alone
+        os.rename(new, name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(place.fd, new)
+        raise
+    return fd, name
 
 
 def _write_in_place(place: Place, existing: os.stat_result, write: Callable[[IO[bytes]], Any]) -> None:
@@ -361,17 +378,19 @@ class DirectoryWrite:
         self.place = place
         self.token = secrets.token_hex(8)
         self.name = temp_name(place.name, self.token)
+        new = temp_name(place.name, self.token, "new")  # renamed to -tmp once its marker is locked
         try:
-            os.mkdir(self.name, 0o777, dir_fd=place.fd)
-            inner = os.open(self.name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=place.fd)
+            os.mkdir(new, 0o777, dir_fd=place.fd)
+            inner = os.open(new, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=place.fd)
             try:
                 self.marker = os.open(MARKER, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=inner)
             finally:
                 os.close(inner)
+            lock(self.marker, wait=True)
+            os.write(self.marker, b"anydevice checkpoint (torch.distributed.checkpoint)\n")
+            os.rename(new, self.name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
         except OSError as exc:
             raise save_error(place.path, exc) from None
-        lock(self.marker, wait=True)
-        os.write(self.marker, b"anydevice checkpoint (torch.distributed.checkpoint)\n")
 
     @property
     def path(self) -> str:
