@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import stat
 import warnings
 import zipfile
 from pathlib import Path
@@ -55,6 +56,11 @@ def verify_archive(path: Path) -> None:
     Files that are not zip archives (torch's legacy format, garbage) are left to ``torch.load``.
     Missing or unreadable files raise the OS error, which names them.
     """
+    st = path.stat()
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):  # a FIFO or a device would block or never end
+        raise CheckpointError(f"Checkpoint {path} is not a regular file.", "Give the path of a file ad.save wrote.")
+    if stat.S_ISDIR(st.st_mode):
+        return  # torch.load raises IsADirectoryError naming it
     with open(path, "rb") as handle:
         if handle.read(4) != b"PK\x03\x04":
             return

@@ -265,6 +265,9 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any]) -> None:
         failure = recorder.error if recorder is not None and recorder.error is not None else exc
         if isinstance(failure, OSError):
             raise save_error(place.path, failure) from exc
+        if isinstance(exc, Exception) and not isinstance(exc, CheckpointError):  # e.g. an object pickle refuses
+            detail = (str(exc).strip().splitlines() or [""])[0]
+            raise CheckpointError(f"Cannot save {place.path}: {type(exc).__name__}: {detail}".rstrip(": ")) from exc
         raise
     finally:
         os.close(fd)

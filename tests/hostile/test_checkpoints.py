@@ -551,3 +551,17 @@ def test_ten_sigkills_during_directory_saves_never_lose_the_previous_checkpoint(
         ad.checkpoint.save({"model": model, "step": step}, path)  # the next save cleans up
         assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
     assert sum(left_behind) >= 1, "no kill landed mid-save: the loop tested nothing"
+
+
+def test_loading_a_fifo_is_an_error_not_a_hang(tmp_path):
+    os.mkfifo(tmp_path / "ckpt.pt")
+    with pytest.raises(CheckpointError, match=r"ckpt\.pt is not a regular file"):
+        ad.load(tmp_path / "ckpt.pt")
+    with pytest.raises(CheckpointError, match=r"ckpt\.pt: it is not a regular file; it was left as it was"):
+        ad.save({"x": 1}, tmp_path / "ckpt.pt")
+
+
+def test_an_object_that_cannot_be_saved_names_the_file_and_leaves_no_temporary(tmp_path):
+    with pytest.raises(CheckpointError, match=rf"^Cannot save {tmp_path / 'ckpt.pt'}: (AttributeError|PicklingError)"):
+        ad.save({"f": lambda: 1}, tmp_path / "ckpt.pt")
+    assert list(tmp_path.iterdir()) == []
