@@ -100,3 +100,18 @@ def test_resume_skips_broken_and_foreign_checkpoints_and_says_why(tmp_path):
         f"resume: skipped {tmp_path / 'step-10.pt'}: Checkpoint {tmp_path / 'step-10.pt'} is empty (0 bytes): "
         "it was never written completely.",
     ]
+
+
+@pytest.mark.slow
+def test_a_target_rank_0_refuses_is_an_error_on_every_rank_and_is_left_untouched(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "notes.txt").write_text("my notes")
+    run = anydevice_run("-n", "2", WORKERS / "dcp_save_refused.py", ckpt, timeout=180)
+    assert run.returncode == 0, run.stderr
+    refusal = f"Cannot save checkpoint {ckpt}: it holds notes.txt, which a checkpoint does not; nothing in it was touched."
+    assert run.by_rank() == {
+        0: {"rank": 0, "error": f"CheckpointError: {refusal}"},
+        1: {"rank": 1, "error": f"CheckpointError: Rank 0 could not start the checkpoint save: {refusal}"},
+    }
+    assert [p.name for p in ckpt.iterdir()] == ["notes.txt"] and [p.name for p in tmp_path.iterdir()] == ["ckpt"]
