@@ -2,8 +2,9 @@
 
 Paths are walked with ``openat``-style calls (``dir_fd``, ``O_NOFOLLOW``), never resolved with
 ``realpath`` first. A symbolic link is followed only when it can be trusted: outside a directory
-other users can write to (sticky or world-writable, ``/tmp``-like), or owned by this user (or, in
-a sticky directory, by the directory's owner: the kernel's ``protected_symlinks`` rule). Any
+other users can write to (sticky or world-writable, ``/tmp``-like, or another user's directory
+below one), or owned by this user (or, in a sticky directory, by the directory's owner: the
+kernel's ``protected_symlinks`` rule). Any
 other link is refused with :class:`~anydevice.errors.CheckpointError`, so a link planted by
 another user never makes a save write, replace or delete what it points to.
 
@@ -90,9 +91,14 @@ def _shared(st: os.stat_result) -> bool:
     return bool(st.st_mode & (stat.S_ISVTX | stat.S_IWOTH))
 
 
-def _trusted(directory: os.stat_result, link: os.stat_result) -> bool:
+def _exposed(directory: os.stat_result, below_shared: bool) -> bool:
+    """Whether another user may have put names in ``directory``: it is shared, or it is someone else's below a shared one."""
+    return _shared(directory) or (below_shared and directory.st_uid not in (os.geteuid(), 0))
+
+
+def _trusted(directory: os.stat_result, link: os.stat_result, below_shared: bool) -> bool:
     """Whether a symlink with ``link``'s owner may be followed in a directory with ``directory``'s mode and owner."""
-    if not _shared(directory):
+    if not _exposed(directory, below_shared):
         return True
     sticky_owner = bool(directory.st_mode & stat.S_ISVTX) and link.st_uid == directory.st_uid
     return link.st_uid == os.geteuid() or sticky_owner
@@ -118,13 +124,13 @@ def open_place(path: Path, *, make_parents: bool = True, shown: Path | None = No
         absolute = Path(os.path.abspath(path))
         if absolute.name in ("", ".", ".."):
             raise CheckpointError(f"Cannot save {shown}: the path names no file.", "Give a path ending in a file name.")
-        fd = _open_directory(absolute.parent, make_parents, shown)
+        fd, below_shared = _open_directory(absolute.parent, make_parents, shown)
         place = Place(fd, absolute.parent, absolute.name, shown)
         st = place.lstat()
         if st is None or not stat.S_ISLNK(st.st_mode):
             return place
         try:
-            if not _trusted(os.fstat(fd), st):
+            if not _trusted(os.fstat(fd), st, below_shared):
                 raise _refuse_link(shown, absolute.parent, st)
             target = os.readlink(absolute.name, dir_fd=fd)
         finally:
@@ -133,13 +139,19 @@ def open_place(path: Path, *, make_parents: bool = True, shown: Path | None = No
     raise CheckpointError(f"Cannot save {shown}: {_CAUSES[errno.ELOOP]}.")
 
 
-def _open_directory(directory: Path, make: bool, shown: Path) -> int:
-    """An ``O_DIRECTORY`` descriptor for ``directory``, walked one component at a time from ``/``."""
+def _open_directory(directory: Path, make: bool, shown: Path) -> tuple[int, bool]:
+    """An ``O_DIRECTORY`` descriptor for ``directory``, walked one component at a time from ``/``.
+
+    Also says whether the walk passed through a shared directory: below one, a directory owned by
+    another user (made there by them) is treated as shared too.
+    """
     flags = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(directory.anchor or "/", flags)
     where = Path(directory.anchor or "/")
+    below_shared = False
     try:
         for part in directory.parts[1:]:
+            here = os.fstat(fd)
             try:
                 st = os.stat(part, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
@@ -151,8 +163,9 @@ def _open_directory(directory: Path, make: bool, shown: Path) -> int:
                     pass  # created by a concurrent saver
                 st = os.stat(part, dir_fd=fd, follow_symlinks=False)
             link = stat.S_ISLNK(st.st_mode)
-            if link and not _trusted(os.fstat(fd), st):
+            if link and not _trusted(here, st, below_shared):
                 raise _refuse_link(shown, where, st)
+            below_shared = below_shared or _exposed(here, below_shared)
             if not link and not stat.S_ISDIR(st.st_mode):
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(where / part))
             nofollow = 0 if link else getattr(os, "O_NOFOLLOW", 0)
@@ -162,4 +175,4 @@ def _open_directory(directory: Path, make: bool, shown: Path) -> int:
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, below_shared or _exposed(os.fstat(fd), below_shared)

@@ -408,6 +408,20 @@ def test_a_planted_link_to_a_directory_is_refused_and_its_files_are_kept(tmp_pat
 
 
 @ROOT
+def test_a_link_in_another_users_directory_inside_a_shared_one_is_refused(tmp_path):
+    victim = tmp_path / "victim"
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 5}, victim)
+    before = tree(victim)
+    theirs = shared_dir(tmp_path) / "theirs"  # made in /tmp by another user: they own it, they control its names
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    plant(theirs / "ckpt", victim)
+    with pytest.raises(CheckpointError, match=r"Refusing to save through .*theirs/ckpt: it is a symbolic link owned by"):
+        ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 6}, theirs / "ckpt")
+    assert tree(victim) == before and checkpoint_step(victim) == 5
+
+
+@ROOT
 def test_our_own_link_in_a_shared_directory_is_followed(tmp_path):
     (tmp_path / "runs").mkdir()
     target = tmp_path / "runs" / "latest.pt"
