@@ -131,6 +131,11 @@ def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
     path = Path(directory)
     if not path.exists():
         raise CheckpointError(f"No checkpoint at {path}.", "Check the path; ad.checkpoint.save writes a directory.")
+    if not path.is_dir():
+        raise CheckpointError(
+            f"{path} is a file, not a checkpoint directory.",
+            "ad.checkpoint.load reads what ad.checkpoint.save wrote; a single file from ad.save loads with ad.load.",
+        )
     if not is_complete(path):
         raise CheckpointError(
             f"{path} is not a complete checkpoint (it has no {METADATA}).",

@@ -60,7 +60,10 @@ def verify_archive(path: Path) -> None:
     if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):  # a FIFO or a device would block or never end
         raise CheckpointError(f"Checkpoint {path} is not a regular file.", "Give the path of a file ad.save wrote.")
     if stat.S_ISDIR(st.st_mode):
-        return  # torch.load raises IsADirectoryError naming it
+        raise CheckpointError(
+            f"Checkpoint {path} is a directory; ad.load reads one file that ad.save wrote.",
+            "For a directory checkpoint (ad.checkpoint.save), use ad.checkpoint.load.",
+        )
     with open(path, "rb") as handle:
         if handle.read(4) != b"PK\x03\x04":
             return

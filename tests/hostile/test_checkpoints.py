@@ -579,3 +579,12 @@ def test_an_object_that_cannot_be_saved_names_the_file_and_leaves_no_temporary(t
     with pytest.raises(CheckpointError, match=rf"^Cannot save {tmp_path / 'ckpt.pt'}: (AttributeError|PicklingError)"):
         ad.save({"f": lambda: 1}, tmp_path / "ckpt.pt")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_loading_with_the_wrong_function_says_which_one_to_use(tmp_path):
+    ad.save({"x": 1}, tmp_path / "w.pt")
+    ad.checkpoint.save({"step": 1}, tmp_path / "c")
+    with pytest.raises(CheckpointError, match=r"c is a directory; ad.load reads one file .*\nFor a directory checkpoint"):
+        ad.load(tmp_path / "c")
+    with pytest.raises(CheckpointError, match=r"w\.pt is a file, not a checkpoint directory"):
+        ad.checkpoint.load({"x": 0}, tmp_path / "w.pt")
