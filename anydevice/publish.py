@@ -119,8 +119,8 @@ def remove_stale_temps(place: Place) -> list[str]:
             elif _V02.match(name) and now - os.stat(name, dir_fd=place.fd, follow_symlinks=False).st_mtime > STALE_AFTER_S:
                 _remove(place.fd, name)
                 removed.append(name)
-        except FileNotFoundError:
-            continue  # another saver cleaned it first, or its writer published it
+        except OSError:
+            continue  # cleaned by another saver first, published by its writer, or not ours to delete: best effort
     return removed
 
 
@@ -368,6 +368,7 @@ def directory_problem(place: Place) -> str | None:
 
 
 def refuse_directory(place: Place, problem: str) -> CheckpointError:
+    """The error for a directory-checkpoint target that is not an earlier checkpoint (``problem`` says why)."""
     return CheckpointError(
         f"Cannot save checkpoint {place.path}: {problem}; nothing in it was touched.",
         "ad.checkpoint.save replaces only an earlier checkpoint directory: give a new path (ckpt/step-100).",
@@ -476,7 +477,10 @@ def _fallback_rename_exchange(dir_fd: int, source: str, target: str) -> None:
     old = temp_name(target, token, "old")
     os.rename(target, old, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     os.rename(source, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    os.rename(old, source, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # where the caller deletes the previous checkpoint
+    try:
+        os.rename(old, source, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # where the caller deletes the previous checkpoint
+    except FileNotFoundError:
+        pass  # a concurrent save's cleanup deleted it already (its pair, the temporary, was gone)
 
 
 _libc_renameat2: Any = None
