@@ -456,8 +456,7 @@ def _rename(dir_fd: int, source: str, target: str, flags: int) -> bool:
                     return False
                 raise
             return True
-        _fallback_rename_exchange(dir_fd, source, target)
-        return True
+        return _fallback_rename_exchange(dir_fd, source, target)
     if result in (errno.EEXIST, errno.ENOTEMPTY) and flags == _RENAME_NOREPLACE:
         return False
     if result == errno.ENOENT and flags == _RENAME_EXCHANGE:
@@ -467,20 +466,31 @@ def _rename(dir_fd: int, source: str, target: str, flags: int) -> bool:
     return True
 
 
-def _fallback_rename_exchange(dir_fd: int, source: str, target: str) -> None:
+def _fallback_rename_exchange(dir_fd: int, source: str, target: str) -> bool:
     """Where ``renameat2`` is missing, three renames: the old checkpoint aside, the new one in, the old to ``source``.
 
     A crash between the first two leaves ``.NAME.anydevice-old.<token>`` and no ``NAME``; the next
-    save's :func:`remove_stale_temps` renames it back once this writer's lock is gone.
+    save's :func:`remove_stale_temps` renames it back once this writer's lock is gone. False when a
+    concurrent save moved ``target`` first or published into the gap (the caller tries again).
     """
     token = source.rsplit(".", 1)[1]
     old = temp_name(target, token, "old")
-    os.rename(target, old, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    os.rename(source, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    try:
+        os.rename(target, old, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    try:
+        os.rename(source, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        _remove(dir_fd, old)  # a concurrent save published a newer checkpoint into the gap: ours goes in next
+        return False
     try:
         os.rename(old, source, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # where the caller deletes the previous checkpoint
     except FileNotFoundError:
         pass  # a concurrent save's cleanup deleted it already (its pair, the temporary, was gone)
+    return True
 
 
 _libc_renameat2: Any = None

@@ -525,11 +525,13 @@ for step in range(first, first + int(sys.argv[3])):
 """
 
 
-def test_concurrent_directory_savers_to_one_path_end_clean(tmp_path):
+@pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "two-rename-fallback"])
+def test_concurrent_directory_savers_to_one_path_end_clean(tmp_path, renameat2):
     env = child_env({"ANYDEVICE": "cpu", "OMP_NUM_THREADS": "1"})
+    script = CHECKPOINT_SAVER if renameat2 else "import anydevice.publish as p\np._libc_renameat2 = False\n" + CHECKPOINT_SAVER
     savers = [
         subprocess.Popen(
-            [sys.executable, "-c", CHECKPOINT_SAVER, str(tmp_path / "c"), start, "8"],
+            [sys.executable, "-c", script, str(tmp_path / "c"), start, "8"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
