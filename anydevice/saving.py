@@ -2,7 +2,7 @@
 
 The device is asked only how to bring tensors to the host (the optional
 :class:`~anydevice.shims.contracts.HostTransfer` capability: one batched transfer on lazy XLA
-devices); without it each tensor is copied with ``tensor.detach().to("cpu")``. Writing is the
+devices); without it, ``HostTransfer``'s defaults copy each tensor with ``tensor.detach().to("cpu")``. Writing is the
 same on every device: :func:`anydevice.safe_place.open_place` finds the file without following
 untrusted links, :func:`anydevice.publish.write_file` publishes it with one rename.
 """
@@ -23,16 +23,11 @@ def save(obj: Any, path: Path) -> None:
     """Write ``obj`` to ``path`` portably; collective with a process group (see :func:`anydevice.save`)."""
     from anydevice.shims.contracts import HostTransfer
 
-    placement = current().shims.placement
-    transfer = placement if isinstance(placement, HostTransfer) else None
-    if group_rank() is None and transfer is not None and not transfer.is_writer():
+    shims = current().shims
+    transfer = shims.capability(HostTransfer) or HostTransfer()  # the class itself holds the portable defaults
+    if group_rank() is None and not transfer.is_writer():
         return
-
-    def write() -> None:
-        host = transfer.to_host(obj) if transfer is not None else host_copy(obj)
-        write_torch_file(host, path)
-
-    on_main_rank(write, f"save {path}", placement.device())
+    on_main_rank(lambda: write_torch_file(transfer.to_host(obj), path), f"save {path}", shims.placement.device())
 
 
 def write_torch_file(obj: Any, path: Path) -> None:
@@ -50,20 +45,11 @@ def write_torch_file(obj: Any, path: Path) -> None:
         write_file(place, lambda handle: torch.save(obj, handle))
 
 
-def host_copy(obj: T) -> T:
-    """A CPU copy of every tensor in ``obj``; modules are copied, so the caller's stay where they are."""
-    from anydevice.shims.common import to_cpu
-
-    return to_cpu(obj)
-
-
 def group_rank() -> int | None:
-    """This process's rank in the initialised default process group, None without one."""
-    import torch.distributed as dist
+    """This process's rank in the initialised default process group, None without one (``RANK`` alone does not count)."""
+    from anydevice import distributed
 
-    if dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank())
-    return None
+    return distributed.rank() if distributed.is_initialized() else None
 
 
 def on_main_rank(action: Callable[[], None], what: str, device: Any = None) -> None:
