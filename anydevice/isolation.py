@@ -1,0 +1,419 @@
+"""Third-party plugins' import, registration and detection, tried first in one child process.
+
+In-process guarding (:mod:`anydevice.guard`) cannot stop C code that holds the GIL, a native
+crash (SIGSEGV, ``abort``) or ``os._exit``. So before the registry imports a third-party plugin,
+:func:`vet` runs every third-party plugin's import, registration hook and each device's
+detection in one child process (``python -m anydevice.isolation``), each step under the
+deadline. The child reports each step as a JSON line; when it hangs or dies, the step in
+progress is charged to its plugin and a fresh child carries on with the steps left. The
+registry then imports only the plugins the child imported cleanly, and takes their detections
+from the child (the parent never runs third-party detection).
+
+The outcome is cached under ``ANYDEVICE_CACHE_DIR/plugins/``, keyed by the plugins'
+distributions and versions, the Python and torch versions, the deadline, the anydevice and
+device-steering variables, ``sys.path`` and the boot id: a later command with the same key
+starts no child. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from anydevice.device_spec import Detection
+
+CACHE_VERSION: Final = 1
+STARTUP_BUDGET: Final = 120.0
+"""Seconds the child may take to start Python and import anydevice (not a plugin's fault, so not its deadline)."""
+_KEY_VARIABLE_PREFIXES: Final = ("ANYDEVICE",)
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A third-party entry point to vet: its name, ``module:attr`` value and distribution."""
+
+    name: str
+    value: str
+    distribution: str | None
+    version: str | None
+
+
+@dataclass
+class Outcome:
+    """What the child found for one plugin: a failure at import or registration, or each device's detection."""
+
+    failure: tuple[str, str] | None = None
+    """``(stage, error)`` when the plugin cannot be imported or registered; the registry then skips it."""
+    detections: dict[str, Detection] = field(default_factory=dict)
+    environment: dict[str, str | None] = field(default_factory=dict)
+    """Variables the plugin's devices declare (``DeviceSpec.environment``) with their values when vetted."""
+
+
+def vet(plugins: list[Plugin], deadline: float, steering: Iterable[str] = ()) -> dict[str, Outcome]:
+    """Every plugin's :class:`Outcome`, from the cache or from child processes (see the module doc)."""
+    if not plugins:
+        return {}
+    key = cache_key(plugins, deadline, steering)
+    cached = _read_cache(key)
+    if cached is not None:
+        return cached
+    outcomes: dict[str, Outcome] = {p.name: Outcome() for p in plugins}
+    finished: set[str] = set()
+    while True:
+        todo = [p for p in plugins if p.name not in finished]
+        if not todo:
+            break
+        progressed = _run_child(todo, deadline, outcomes, finished)
+        if not progressed:  # the child could not even start: charge every plugin left, once
+            break
+    _write_cache(key, outcomes)
+    return outcomes
+
+
+# -- the parent side ------------------------------------------------------------------------------
+def _run_child(todo: list[Plugin], deadline: float, outcomes: dict[str, Outcome], finished: set[str]) -> bool:
+    """One child over ``todo``; returns False when it died before reporting anything."""
+    request = {
+        "deadline": deadline,
+        "path": sys.path,
+        "plugins": [
+            {"name": p.name, "value": p.value, "skip": sorted(outcomes[p.name].detections)} for p in todo
+        ],
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anydevice.isolation"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: what a plugin starts ends with it
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps(request).encode())
+        proc.stdin.close()
+    except OSError:
+        pass
+    current: dict[str, Any] | None = None
+    ready = False
+    limit = time.monotonic() + STARTUP_BUDGET
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    buffer = b""
+    try:
+        while True:
+            lines: list[bytes] = []
+            eof = False
+            wait = limit - time.monotonic()
+            if wait > 0 and selector.select(wait):
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if chunk:
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                else:
+                    eof = True
+            elif not lines:  # the deadline passed with nothing new
+                _end(proc)
+                if current is None:
+                    _charge_all(todo, outcomes, finished, "import", f"the plugin check did not start within {STARTUP_BUDGET:g} s")
+                    return False
+                _charge(current, outcomes, finished, f"did not finish within {deadline:g} s", deadline)
+                return True
+            for line in lines:
+                event = _decode(line)
+                if event is None:
+                    continue
+                kind = event.get("e")
+                if kind == "ready":
+                    ready = True
+                elif kind == "start":
+                    current = event
+                    limit = time.monotonic() + deadline
+                    continue
+                elif kind == "failed":
+                    name = str(event["plugin"])
+                    outcomes[name].failure = (str(event["stage"]), str(event["error"]))
+                    finished.add(name)
+                elif kind == "detected":
+                    _record_detection(event, outcomes)
+                elif kind == "environment":
+                    outcomes[str(event["plugin"])].environment.update(event["values"])
+                elif kind == "end":
+                    finished.add(str(event["plugin"]))
+                elif kind == "done":
+                    return True
+                current = None
+                limit = time.monotonic() + deadline
+            if eof:
+                code = proc.wait()
+                if current is not None:
+                    _charge(current, outcomes, finished, _death(code), deadline)
+                    return True
+                if not ready:
+                    _charge_all(todo, outcomes, finished, "import", f"the plugin check process {_death(code)} before it started")
+                    return False
+                return True  # ended between steps: the next child carries on
+    finally:
+        selector.close()
+        _end(proc)
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def _record_detection(event: Mapping[str, Any], outcomes: dict[str, Outcome]) -> None:
+    from anydevice.guard import plugin_detection_failure
+
+    plugin, device = str(event["plugin"]), str(event["device"])
+    if "detection" in event:
+        found = event["detection"]
+        detection = Detection(
+            available=found["available"],
+            reason=found["reason"],
+            fix=found["fix"],
+            problem=found["problem"],
+            count=found["count"],
+            chip=found["chip"],
+            details=found["details"],
+        )
+    else:
+        detection = plugin_detection_failure(plugin, str(event["kind"]), str(event["error"]))
+    outcomes[plugin].detections[device] = detection
+
+
+def _charge(current: Mapping[str, Any], outcomes: dict[str, Outcome], finished: set[str], error: str, deadline: float) -> None:
+    """The step in progress when the child hung or died is that plugin's failure."""
+    from anydevice.guard import plugin_detection_failure
+
+    plugin, stage = str(current["plugin"]), str(current["stage"])
+    if stage == "detect":
+        kind = "timeout" if error.startswith("did not finish") else "died"
+        outcomes[plugin].detections[str(current["device"])] = plugin_detection_failure(plugin, kind, error, deadline)
+    else:
+        outcomes[plugin].failure = (stage, error)
+        finished.add(plugin)
+
+
+def _charge_all(todo: list[Plugin], outcomes: dict[str, Outcome], finished: set[str], stage: str, error: str) -> None:
+    for plugin in todo:
+        outcomes[plugin.name].failure = (stage, error)
+        finished.add(plugin.name)
+
+
+def _death(code: int) -> str:
+    """How the child ended, as a phrase: ``crashed (SIGSEGV)``, ``ended the process (exit status 0)``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"crashed the process ({name})"
+    return f"ended the process (exit status {code})"
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the child's whole process group (a plugin's own children too) and reap the child."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+# -- the cache --------------------------------------------------------------------------------------
+def cache_key(plugins: list[Plugin], deadline: float, steering: Iterable[str] = ()) -> str:
+    """What the outcome depends on, hashed: plugins and versions, Python, torch, deadline, variables, path, boot."""
+    from anydevice import __version__, detect
+
+    names = sorted({*(k for k in os.environ if k.startswith(_KEY_VARIABLE_PREFIXES)), *steering})
+    parts = {
+        "v": CACHE_VERSION,
+        "anydevice": __version__,
+        "plugins": sorted((p.name, p.value, p.distribution or "", p.version or "") for p in plugins),
+        "python": sys.version,
+        "executable": sys.executable,
+        "torch": detect.torch_version(),
+        "deadline": deadline,
+        "env": {k: os.environ.get(k) for k in names},
+        "path": sys.path,
+        "boot": _boot_id(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cache_file(key: str) -> Path | None:
+    from anydevice import settings
+
+    try:
+        return settings.cache_dir("plugins") / f"vet-{key}.json"
+    except (OSError, RuntimeError, ValueError):  # no home, unwritable, a bad ANYDEVICE_CACHE_DIR: no cache
+        return None
+
+
+def _read_cache(key: str) -> dict[str, Outcome] | None:
+    path = _cache_file(key)
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+        outcomes = {}
+        for name, entry in data["plugins"].items():
+            environment = dict(entry["environment"])
+            if any(os.environ.get(k) != v for k, v in environment.items()):
+                return None  # a variable the plugin's devices read changed since
+            failure = entry["failure"]
+            outcomes[name] = Outcome(
+                failure=(str(failure[0]), str(failure[1])) if failure else None,
+                detections={d: Detection(**fields) for d, fields in entry["detections"].items()},
+                environment=environment,
+            )
+        return outcomes
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def _write_cache(key: str, outcomes: Mapping[str, Outcome]) -> None:
+    path = _cache_file(key)
+    if path is None:
+        return
+    data = {
+        "plugins": {
+            name: {
+                "failure": list(o.failure) if o.failure else None,
+                "detections": {d: _fields(det) for d, det in o.detections.items()},
+                "environment": o.environment,
+            }
+            for name, o in outcomes.items()
+        }
+    }
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(json.dumps(data))
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            temporary.unlink()
+        except OSError:
+            pass
+
+
+def _fields(detection: Detection) -> dict[str, Any]:
+    return {
+        "available": detection.available,
+        "reason": detection.reason,
+        "fix": detection.fix,
+        "problem": detection.problem,
+        "count": detection.count,
+        "chip": detection.chip,
+        "details": dict(detection.details),
+    }
+
+
+# -- the child side ---------------------------------------------------------------------------------
+def _child() -> int:
+    """Import, register and detect every requested plugin, one JSON line per step on the original stdout."""
+    events = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)  # the plugins' own output (print, C printf) goes where stderr goes, never into the events
+    sys.stdout = sys.stderr
+    request = json.loads(sys.stdin.read())
+    sys.path[:] = list(request["path"])
+
+    def emit(**event: Any) -> None:
+        events.write(json.dumps(event, default=str) + "\n")
+
+    emit(e="ready")
+    for plugin in request["plugins"]:
+        _vet_one(plugin["name"], plugin["value"], set(plugin["skip"]), emit)
+    emit(e="done")
+    events.flush()
+    os._exit(0)  # a plugin's non-daemon threads or atexit handlers must not hold the child
+
+
+def _vet_one(name: str, value: str, skip: set[str], emit: Any) -> None:
+    from importlib import metadata
+
+    import pluggy
+
+    from anydevice import hookspecs
+    from anydevice.device_spec import DeviceSpec, detection_problems, is_valid_name
+    from anydevice.guard import describe
+
+    emit(e="start", plugin=name, stage="import")
+    try:
+        module = metadata.EntryPoint(name=name, value=value, group="anydevice").load()
+    except BaseException as exc:
+        emit(e="failed", plugin=name, stage="import", error=describe(exc))
+        return
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    try:
+        pm.register(module, name=name)
+    except BaseException:  # the parent validates the hooks and reports; nothing to run here
+        emit(e="end", plugin=name)
+        return
+    specs: list[object] = []
+    for impl in pm.hook.anydevice_register_devices.get_hookimpls():
+        emit(e="start", plugin=name, stage="register")
+        try:
+            impl.function(register=specs.append)
+        except BaseException as exc:
+            emit(e="failed", plugin=name, stage="register", error=describe(exc))
+            return
+    values: dict[str, str | None] = {}
+    for spec in specs:
+        if isinstance(spec, DeviceSpec) and isinstance(spec.environment, tuple):
+            values.update({v: os.environ.get(v) for v in spec.environment if isinstance(v, str)})
+    emit(e="environment", plugin=name, values=values)
+    for spec in specs:
+        if not isinstance(spec, DeviceSpec) or not is_valid_name(spec.name) or spec.name in skip:
+            continue  # an invalid declaration is refused by the parent before detection matters
+        emit(e="start", plugin=name, stage="detect", device=spec.name)
+        try:
+            result = spec.detect()
+        except SystemExit as exc:
+            emit(e="detected", plugin=name, device=spec.name, kind="exit", error=describe(exc))
+            continue
+        except BaseException as exc:
+            emit(e="detected", plugin=name, device=spec.name, kind="raised", error=describe(exc))
+            continue
+        if not isinstance(result, Detection):
+            error = f"detect() returned {type(result).__name__}, not Detection"
+            emit(e="detected", plugin=name, device=spec.name, kind="raised", error=f"TypeError: {error}")
+            continue
+        problems = detection_problems(result)
+        if problems:
+            emit(e="detected", plugin=name, device=spec.name, kind="invalid", error="; ".join(problems))
+            continue
+        emit(e="detected", plugin=name, device=spec.name, detection=_fields(result))
+    emit(e="end", plugin=name)
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child())
