@@ -14,6 +14,7 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -51,6 +52,31 @@ def stdout_to_stderr() -> Iterator[None]:
         return
     with contextlib.redirect_stdout(sys.stderr):
         yield
+
+
+@contextlib.contextmanager
+def commands_stdout_kept() -> Iterator[None]:
+    """For a command whose stdout is its result (``list --json``): everything written to stdout in the
+    block goes to stderr, at the file-descriptor level too (a plugin's C ``printf``, a subprocess).
+    """
+    try:
+        sys.stdout.flush()
+        out, err = sys.stdout.fileno(), sys.stderr.fileno()
+        saved = os.dup(out)
+    except (AttributeError, OSError, ValueError):  # no real descriptor (a captured stdout): Python level only
+        with stdout_to_stderr():
+            yield
+        return
+    try:
+        os.dup2(err, out)
+        with stdout_to_stderr():
+            yield
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            os.dup2(saved, out)
+            os.close(saved)
 
 
 class Guarded(Generic[T]):

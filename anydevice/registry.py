@@ -125,6 +125,7 @@ class Registry:
         with self._lock:
             if self._loaded:
                 return self
+            settings.validate()
             if self.timeout is None:
                 self.timeout = settings.detect_timeout()
             candidates = list(self._candidates())
