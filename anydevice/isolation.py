@@ -11,7 +11,7 @@ from the child (the parent never runs third-party detection).
 
 The outcome is cached under ``ANYDEVICE_CACHE_DIR/plugins/``, keyed by the plugins'
 distributions and versions, the Python and torch versions, the deadline, the anydevice and
-device-steering variables, ``sys.path`` and the boot id: a later command with the same key
+variables the devices declare (plus ``ANYDEVICE_PLUGINS``, ``PATH``, ``LD_LIBRARY_PATH``), ``sys.path`` and the boot id: a later command with the same key
 starts no child. Nothing here imports torch.
 """
 
@@ -31,11 +31,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from anydevice.device_spec import Detection
+from anydevice.untrusted import clean_detection
 
 CACHE_VERSION: Final = 1
 STARTUP_BUDGET: Final = 120.0
 """Seconds the child may take to start Python and import anydevice (not a plugin's fault, so not its deadline)."""
-_KEY_VARIABLE_PREFIXES: Final = ("ANYDEVICE",)
+KEY_VARIABLES: Final = ("ANYDEVICE_PLUGINS", "TORCH_DEVICE_BACKEND_AUTOLOAD", "PATH", "LD_LIBRARY_PATH")
+"""Variables in the cache key besides those the devices declare (``DeviceSpec.environment``)."""
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,7 @@ def cache_key(plugins: list[Plugin], deadline: float, steering: Iterable[str] = 
     """What the outcome depends on, hashed: plugins and versions, Python, torch, deadline, variables, path, boot."""
     from anydevice import __version__, detect
 
-    names = sorted({*(k for k in os.environ if k.startswith(_KEY_VARIABLE_PREFIXES)), *steering})
+    names = sorted({*KEY_VARIABLES, *steering})
     parts = {
         "v": CACHE_VERSION,
         "anydevice": __version__,
@@ -255,7 +257,7 @@ def cache_key(plugins: list[Plugin], deadline: float, steering: Iterable[str] = 
         "torch": detect.torch_version(),
         "deadline": deadline,
         "env": {k: os.environ.get(k) for k in names},
-        "path": sys.path,
+        "path": sys.path[1:],  # sys.path[0] is the running script's folder, not where plugins come from
         "boot": _boot_id(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
@@ -348,12 +350,22 @@ def _child() -> int:
     def emit(**event: Any) -> None:
         events.write(json.dumps(event, default=str) + "\n")
 
+    _warm_up()
     emit(e="ready")
     for plugin in request["plugins"]:
         _vet_one(plugin["name"], plugin["value"], set(plugin["skip"]), emit)
     emit(e="done")
     events.flush()
     os._exit(0)  # a plugin's non-daemon threads or atexit handlers must not hold the child
+
+
+def _warm_up() -> None:
+    """Import and build what checking a plugin needs, so that its cost is not charged to the first plugin's deadline."""
+    import pluggy  # noqa: F401
+
+    from anydevice.device_spec import Detection, detection_problems
+
+    detection_problems(Detection.ok("warm-up"))
 
 
 def _vet_one(name: str, value: str, skip: set[str], emit: Any) -> None:
@@ -411,7 +423,7 @@ def _vet_one(name: str, value: str, skip: set[str], emit: Any) -> None:
         if problems:
             emit(e="detected", plugin=name, device=spec.name, kind="invalid", error="; ".join(problems))
             continue
-        emit(e="detected", plugin=name, device=spec.name, detection=_fields(result))
+        emit(e="detected", plugin=name, device=spec.name, detection=_fields(clean_detection(result)))
     emit(e="end", plugin=name)
 
 

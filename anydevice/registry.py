@@ -31,7 +31,7 @@ import pluggy
 from anydevice import guard, hookspecs, settings
 from anydevice.device_spec import Detection, DeviceSpec, detection_problems, spec_problems
 from anydevice.errors import SelectionError
-from anydevice.untrusted import clean
+from anydevice.untrusted import clean, clean_detection
 
 T = TypeVar("T")
 
@@ -346,13 +346,7 @@ class Registry:
         problems = detection_problems(result)
         if problems:
             return guard.plugin_detection_failure(entry.plugin, "invalid", "; ".join(problems))
-        return dataclasses.replace(
-            result,
-            reason=clean(result.reason),
-            fix=clean(result.fix),
-            chip=clean(result.chip),
-            details={clean(k): clean(v) for k, v in result.details.items()},
-        )
+        return clean_detection(result)
 
     def available(self) -> list[str]:
         """Available device names, highest priority first."""

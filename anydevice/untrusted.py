@@ -8,8 +8,12 @@ cursor or forge rows; and the length is capped, so a 5 MB reason cannot make a 5
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Final, TypeVar, overload
+from typing import TYPE_CHECKING, Final, TypeVar, overload
+
+if TYPE_CHECKING:
+    from anydevice.device_spec import Detection
 
 LIMIT: Final = 500
 """Characters of one plugin text kept; the rest is replaced by ``… (N more)``."""
@@ -61,3 +65,14 @@ def clean_tree(value: T, limit: int = LIMIT) -> T:
     if isinstance(value, (list, tuple)):
         return type(value)(clean_tree(v, limit) for v in value)  # type: ignore[return-value]
     return value
+
+
+def clean_detection(detection: Detection) -> Detection:
+    """A third party's :class:`~anydevice.device_spec.Detection` with every text cleaned."""
+    return dataclasses.replace(
+        detection,
+        reason=clean(detection.reason),
+        fix=clean(detection.fix),
+        chip=clean(detection.chip),
+        details={clean(k): clean(v) for k, v in detection.details.items()},
+    )

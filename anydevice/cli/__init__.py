@@ -184,7 +184,8 @@ def _main(argv: list[str]) -> int:
         from anydevice import autoload
 
         settings.validate()  # every setting's range, before anything reads one
-        autoload.apply()  # before anything imports torch: no unselected torch_tpu import
+        with guard.commands_stdout_kept():  # loads the plugins: what they print goes to stderr
+            autoload.apply()  # before anything imports torch: no unselected torch_tpu import
         if argv[0] in DELEGATED:
             return _delegate(argv[0])(argv[1:])
         args = build_parser().parse_args(argv)

@@ -1,0 +1,36 @@
+"""A plugin that prints to stdout at import, registration, detection and in its doctor hook (Python and C level)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import NoReturn
+
+from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.diagnosis import Check, DoctorContext
+from anydevice.hookspecs import hookimpl
+
+print("chatty: hello from import")
+os.write(1, b"chatty: raw bytes on fd 1 at import\n")
+
+
+def never_loaded() -> NoReturn:
+    raise AssertionError("never selected")
+
+
+def detect() -> Detection:
+    print("chatty: detecting")
+    os.write(1, b"chatty: raw bytes on fd 1 in detection\n")
+    return Detection.missing("chatty has no chip", "nothing to do", "no_hardware")
+
+
+@hookimpl
+def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
+    print("chatty: registering")
+    register(DeviceSpec(name="chatty", detect=detect, load=never_loaded, priority=5))
+
+
+@hookimpl
+def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
+    print("chatty: doctor checks")
+    return [Check("chatty setting", "info", "chatty judged\nits settings \x1b[2J")]
