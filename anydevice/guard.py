@@ -159,7 +159,9 @@ def plugin_detection_failure(plugin: str, kind: str, error: str, timeout: float 
 
         seconds = f"{timeout:g} s" if timeout is not None else "the deadline"
         reason = f"plugin '{plugin}' did not finish detection within {seconds}"
-        return Detection.missing(reason, f"{fix}; if it is only slow, raise {settings.ANYDEVICE_DETECT_TIMEOUT.name}", "plugin_error")
+        return Detection.missing(
+            reason, f"{fix}; if it is only slow, raise {settings.ANYDEVICE_DETECT_TIMEOUT.name}", "plugin_error"
+        )
     if kind == "invalid":
         return Detection.missing(f"plugin '{plugin}' returned an invalid detection: {error}", fix, "plugin_error")
     if kind == "raised":

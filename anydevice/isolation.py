@@ -10,9 +10,9 @@ registry then imports only the plugins the child imported cleanly, and takes the
 from the child (the parent never runs third-party detection).
 
 The outcome is cached under ``ANYDEVICE_CACHE_DIR/plugins/``, keyed by the plugins'
-distributions and versions, the Python and torch versions, the deadline, the anydevice and
-variables the devices declare (plus ``ANYDEVICE_PLUGINS``, ``PATH``, ``LD_LIBRARY_PATH``), ``sys.path`` and the boot id: a later command with the same key
-starts no child. Nothing here imports torch.
+distributions and versions, the Python and torch versions, the deadline, the variables the
+devices declare (plus ``ANYDEVICE_PLUGINS``, ``PATH``, ``LD_LIBRARY_PATH``), ``sys.path`` and the
+boot id: a later command with the same key starts no child. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -88,9 +88,7 @@ def _run_child(todo: list[Plugin], deadline: float, outcomes: dict[str, Outcome]
     request = {
         "deadline": deadline,
         "path": sys.path,
-        "plugins": [
-            {"name": p.name, "value": p.value, "skip": sorted(outcomes[p.name].detections)} for p in todo
-        ],
+        "plugins": [{"name": p.name, "value": p.value, "skip": sorted(outcomes[p.name].detections)} for p in todo],
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "anydevice.isolation"],

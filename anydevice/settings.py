@@ -36,7 +36,9 @@ class Setting:
             return True
         if not value or value in _NO:
             return False
-        raise _error(f"{self.name}={self.get()!r} is not a yes/no value.", f"Set {self.name}=1 (on) or {self.name}=0 (off), or unset it.")
+        raise _error(
+            f"{self.name}={self.get()!r} is not a yes/no value.", f"Set {self.name}=1 (on) or {self.name}=0 (off), or unset it."
+        )
 
 
 _YES, _NO = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})

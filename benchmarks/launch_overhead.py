@@ -75,8 +75,9 @@ def single(rounds: int, out: Path | None) -> dict[str, Any]:
         "summary": {name: rotate.spread(v) for name, v in wall.items()},
         "anydevice_run_minus_python_s": rotate.spread(extra),
     }
+    summary = result["summary"]
     print(
-        f"python {result['summary']['python']['median']:.2f} s, anydevice run {result['summary']['anydevice run']['median']:.2f} s, "
+        f"python {summary['python']['median']:.2f} s, anydevice run {summary['anydevice run']['median']:.2f} s, "
         f"difference {result['anydevice_run_minus_python_s']['median']:.2f} s (median of {rounds} paired rounds)"
     )
     rotate.write("launch_single", result, out)

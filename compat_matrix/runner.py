@@ -148,9 +148,7 @@ def check_out(out: Path) -> None:
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
-        raise AnyDeviceError(
-            f"--out {out} cannot be written: {exc.strerror or exc} ({folder}); no probe was run.", fix
-        ) from None
+        raise AnyDeviceError(f"--out {out} cannot be written: {exc.strerror or exc} ({folder}); no probe was run.", fix) from None
 
 
 def _run_worker(

@@ -25,10 +25,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from anydevice import autoload, detect, guard, settings, versions
 from anydevice.cli.progress import Progress
@@ -165,7 +165,9 @@ def _plugin_checks(result: object) -> list[Check]:
     for item in result:
         valid = isinstance(item, Check) and isinstance(item.name, str) and isinstance(item.message, str)
         if not valid or item.status not in MARK or not isinstance(item.fix, (str, type(None))):
-            raise TypeError(f"returned {clean(repr(item), 120)}, not a Check with a name, a status of {', '.join(MARK)} and a message")
+            raise TypeError(
+                f"returned {clean(repr(item), 120)}, not a Check with a name, a status of {', '.join(MARK)} and a message"
+            )
         checks.append(Check(clean(item.name, 120), item.status, clean(item.message), clean(item.fix)))
     return checks
 

@@ -17,7 +17,7 @@ def never_loaded() -> NoReturn:
 
 
 def escapes() -> Detection:
-    return Detection(False, f"no chip{TITLE}{FORGED_ROW}", f"fix\x1b[31m red", "no_hardware", chip=f"Chip{TITLE}")
+    return Detection(False, f"no chip{TITLE}{FORGED_ROW}", "fix\x1b[31m red", "no_hardware", chip=f"Chip{TITLE}")
 
 
 def huge() -> Detection:
