@@ -42,6 +42,8 @@ def clean(text: str | None, limit: int = LIMIT) -> str | None:
     if text is None:
         return None
     text = str(text)
+    if len(text) <= limit and not _UNSAFE.search(text):
+        return text  # the common case: nothing to escape or cut
     marker = _MARKER.search(text)
     if marker is not None and marker.start() <= limit and not _UNSAFE.search(text):
         return text  # cleaned and capped already
