@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from anydevice.compat_matrix import catalog, claims, protocol
+from anydevice.untrusted import clean_tree
 from anydevice.compat_matrix.probe import Probe
 from anydevice.compat_matrix.progress import ProbeProgress
 from anydevice.compat_matrix.schema import (
@@ -211,8 +212,8 @@ def _run_worker(
             kind = message["type"]
             if kind == "env":
                 state.env = state.env or message["env"]
-            elif kind == "backend":
-                state.backend = state.backend or message["backend"]
+            elif kind == "backend":  # the plugin's own text (chip, versions, unsupported reasons): made safe here
+                state.backend = state.backend or clean_tree(message["backend"])
             elif kind == "setup_error":
                 state.setup_error = message
             elif kind == "notice":

@@ -414,3 +414,25 @@ def test_keyboard_interrupt_in_load_is_the_users() -> None:
     registry = Registry([("third", _plugin(_spec(load=interrupted)), "some-dist")])
     with pytest.raises(KeyboardInterrupt):
         select("mychip", registry)
+
+
+def test_a_built_in_detection_runs_in_this_thread_and_its_failures_are_still_reported() -> None:
+    import threading
+
+    seen: list[str] = []
+
+    def detect() -> Detection:
+        seen.append(threading.current_thread().name)
+        raise SystemExit(3)
+
+    registry = Registry([("cpu", _plugin(_spec(name="cpu", detect=detect)), "anydevice")])
+    det = registry.detect("cpu")
+    assert seen == [threading.current_thread().name]  # no thread was started for a trusted plugin
+    assert (det.available, det.problem) == (False, "plugin_error")
+    assert det.reason == "plugin 'cpu' called sys.exit(3) during detection"
+
+    def interrupted() -> Detection:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Registry([("cpu", _plugin(_spec(name="cpu", detect=interrupted)), "anydevice")]).detect("cpu")
