@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from anydevice.compat_matrix import catalog, claims, protocol
-from anydevice.untrusted import clean_tree
 from anydevice.compat_matrix.probe import Probe
 from anydevice.compat_matrix.progress import ProbeProgress
 from anydevice.compat_matrix.schema import (
@@ -44,6 +43,7 @@ from anydevice.compat_matrix.schema import (
     dump_run,
     load_run,
 )
+from anydevice.untrusted import clean_tree
 
 SETUP_TIMEOUT_MIN = 180.0
 MAX_WORKER_STARTS_WITHOUT_PROGRESS = 2
