@@ -101,6 +101,11 @@ def load_backend(choice: Choice, registry: Registry) -> Backend:
     except guard.PluginCallError as exc:
         if isinstance(exc.cause, AnyDeviceError):
             raise exc.cause from None  # the plugin's own clear error (no chip, version mismatch)
+        if isinstance(exc.cause, guard.DeadlineExceeded):
+            hint = (
+                f"{hint} If the plugin is only slow (a large vendor library on a busy machine), raise "
+                f"{settings.ANYDEVICE_DETECT_TIMEOUT.name} (now {exc.cause.seconds:g} s)."
+            )
         raise PluginError(entry.plugin, f"{exc.error} (at {exc.stage})", hint) from exc.cause
 
 

@@ -39,7 +39,9 @@ class PluginCallError(Exception):
     """A call into a plugin failed: which plugin, at which stage, and what it did (``error``: one line)."""
 
     def __init__(self, plugin: str, stage: str, cause: BaseException) -> None:
-        self.plugin, self.stage, self.cause = plugin, stage, cause
+        from anydevice.untrusted import clean
+
+        self.plugin, self.stage, self.cause = clean(plugin, 100), stage, cause
         self.error = describe(cause)
         super().__init__(f"plugin '{plugin}' failed at {stage}: {self.error}")
 
@@ -153,7 +155,8 @@ def plugin_detection_failure(plugin: str, kind: str, error: str, timeout: float 
     from anydevice.device_spec import Detection
     from anydevice.untrusted import clean
 
-    fix, error = plugin_fix(plugin), clean(error)
+    plugin, error = clean(plugin, 100), clean(error)
+    fix = plugin_fix(plugin)
     if kind == "timeout":
         from anydevice import settings
 

@@ -7,7 +7,8 @@ detection in one child process (``python -m anydevice.isolation``), each step un
 deadline. The child reports each step as a JSON line; when it hangs or dies, the step in
 progress is charged to its plugin and a fresh child carries on with the steps left. The
 registry then imports only the plugins the child imported cleanly, and takes their detections
-from the child (the parent never runs third-party detection).
+from the child (the parent never runs third-party detection). Where no child can be started at
+all, the registry falls back to its in-process guard (threads under the deadline).
 
 The outcome is cached under ``ANYDEVICE_CACHE_DIR/plugins/``, keyed by the plugins'
 distributions and versions, the Python and torch versions, the deadline, the variables the
@@ -75,7 +76,10 @@ def vet(plugins: list[Plugin], deadline: float, steering: Iterable[str] = ()) ->
         todo = [p for p in plugins if p.name not in finished]
         if not todo:
             break
-        progressed = _run_child(todo, deadline, outcomes, finished)
+        try:
+            progressed = _run_child(todo, deadline, outcomes, finished)
+        except OSError:  # no child process can be started (embedded Python, no fork): guard in-process only
+            return {}
         if not progressed:  # the child could not even start: charge every plugin left, once
             break
     _write_cache(key, outcomes)
@@ -90,6 +94,8 @@ def _run_child(todo: list[Plugin], deadline: float, outcomes: dict[str, Outcome]
         "path": sys.path,
         "plugins": [{"name": p.name, "value": p.value, "skip": sorted(outcomes[p.name].detections)} for p in todo],
     }
+    if not sys.executable:
+        raise OSError("no Python executable to start the plugin check with")
     proc = subprocess.Popen(
         [sys.executable, "-m", "anydevice.isolation"],
         stdin=subprocess.PIPE,

@@ -170,7 +170,7 @@ class Registry:
         return guard.call(fn, None if self.trusted(plugin) else self.deadline, plugin, stage)
 
     def _fail(self, plugin: str, stage: str, error: str) -> None:
-        self.failures.append(PluginFailure(plugin, stage, clean(error)))
+        self.failures.append(PluginFailure(clean(plugin, 100), stage, clean(error)))
 
     @property
     def deadline(self) -> float:

@@ -346,7 +346,7 @@ def one_line(check: Check) -> Check:
     fix = clean(_joined(check.fix), LINE_LIMIT) if check.fix else None
     if fix and fix.lower().startswith("fix:"):
         fix = fix[4:].strip()
-    return Check(check.name, check.status, message, fix or None)
+    return Check(clean(check.name, 120), check.status, message, fix or None)
 
 
 def imported_modules(registry: Registry) -> list[str]:
