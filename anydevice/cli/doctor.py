@@ -65,21 +65,46 @@ def paired_packages(registry: Registry) -> dict[str, versions.PairRule | Callabl
     return pairs
 
 
-def _pair(package: str, rule: versions.PairRule | Callable[[str], versions.PairRule]) -> versions.PairCheck | None:
+def _owners(registry: Registry) -> dict[str, str]:
+    """Vendor distribution -> the plugin that declared its pairing rule first."""
+    owners: dict[str, str] = {}
+    for name in registry.names():
+        entry = registry.get(name)
+        for package in entry.spec.paired_packages:
+            owners.setdefault(package, entry.plugin)
+    return owners
+
+
+def _pair(
+    package: str, rule: versions.PairRule | Callable[[str], versions.PairRule], registry: Registry, plugin: str
+) -> versions.PairCheck | Check | None:
     if isinstance(rule, str):
         return versions.check_pair(package, rule)
     installed = detect.version_of(package)
-    return None if installed is None else versions.check_pair(package, rule(installed))
+    if installed is None:
+        return None
+    try:  # a rule that is a function is plugin code: guarded like every call into a plugin
+        decided = registry.call(plugin, "paired_packages", functools.partial(rule, installed))
+    except guard.PluginCallError as exc:
+        return Check(
+            package, "fail", f"plugin '{exc.plugin}' failed to give the pairing rule: {exc.error}", guard.plugin_fix(plugin)
+        )
+    if decided not in ("lockstep", "requires_dist"):
+        error = f"plugin '{plugin}' gave the pairing rule {clean(repr(decided), 80)}, not 'lockstep' or 'requires_dist'"
+        return Check(package, "fail", error, guard.plugin_fix(plugin))
+    return versions.check_pair(package, decided)
 
 
 def check_pairs(ctx: Context) -> list[Check]:
     declared = paired_packages(ctx.registry)
-    found = [(package, _pair(package, rule)) for package, rule in declared.items()]
-    checks = [
-        Check(package, "ok" if pair.ok else "fail", pair.reason, None if pair.ok else pair.fix)
-        for package, pair in found
-        if pair is not None
-    ]
+    owners = _owners(ctx.registry)
+    checks: list[Check] = []
+    for package, rule in declared.items():
+        pair = _pair(package, rule, ctx.registry, owners.get(package, "?"))
+        if isinstance(pair, Check):
+            checks.append(pair)
+        elif pair is not None:
+            checks.append(Check(package, "ok" if pair.ok else "fail", pair.reason, None if pair.ok else pair.fix))
     if checks or not declared:
         return checks
     return [Check("vendor packages", "info", f"none of {', '.join(declared)} is installed")]

@@ -387,6 +387,8 @@ def test_a_doctor_hook_that_exits_is_a_named_failure(badload_site: Path, tmp_pat
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["plugin badload"]["status"] == "fail"
     assert checks["plugin badload"]["message"] == "failed at doctor checks: called sys.exit(5)"
+    assert checks["pip"]["status"] == "fail"  # a pairing rule that is a function is plugin code too
+    assert checks["pip"]["message"] == "plugin 'badload' failed to give the pairing rule: called sys.exit(8)"
 
 
 def test_a_probe_hook_that_exits_is_reported_and_the_catalogue_still_lists(badload_site: Path, tmp_path: Path) -> None:

@@ -5,7 +5,8 @@
 - ``noneload``: ``load()`` returns None instead of the shims;
 - ``exitprep``: ``prepare_environment()`` calls ``sys.exit(7)``.
 
-Its doctor hook exits too, and its probe hook raises SystemExit.
+Its doctor hook exits too, its probe hook raises SystemExit, and ``exitload``'s pairing rule for
+``pip`` (a function of the installed version) exits.
 """
 
 from __future__ import annotations
@@ -41,9 +42,13 @@ def prepare_exits() -> None:
     sys.exit(7)
 
 
+def pairing_rule_exits(installed: str) -> Any:
+    sys.exit(8)
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(DeviceSpec(name="exitload", detect=here, load=exits, priority=-100))
+    register(DeviceSpec(name="exitload", detect=here, load=exits, priority=-100, paired_packages={"pip": pairing_rule_exits}))
     register(DeviceSpec(name="hangload", detect=here, load=hangs, priority=-100))
     register(DeviceSpec(name="noneload", detect=here, load=returns_none, priority=-100))
     register(DeviceSpec(name="exitprep", detect=here, load=exits, prepare_environment=prepare_exits, priority=-100))
