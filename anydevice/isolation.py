@@ -13,7 +13,9 @@ all, the registry falls back to its in-process guard (threads under the deadline
 The outcome is cached under ``ANYDEVICE_CACHE_DIR/plugins/``, keyed by the plugins'
 distributions and versions, the Python and torch versions, the deadline, the variables the
 devices declare (plus ``ANYDEVICE_PLUGINS``, ``PATH``, ``LD_LIBRARY_PATH``), ``sys.path`` and the
-boot id: a later command with the same key starts no child. Nothing here imports torch.
+boot id: a later command with the same key starts no child. An outcome where a step hit the
+deadline is kept only :data:`RETRY_AFTER` seconds (the machine may just have been busy).
+Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from anydevice.device_spec import Detection
 from anydevice.untrusted import clean_detection
 
 CACHE_VERSION: Final = 1
+RETRY_AFTER: Final = 600.0
+"""Seconds a cached outcome with a deadline hit is kept; crashes and errors are kept until the key changes."""
 STARTUP_BUDGET: Final = 120.0
 """Seconds the child may take to start Python and import anydevice (not a plugin's fault, so not its deadline)."""
 KEY_VARIABLES: Final = ("ANYDEVICE_PLUGINS", "TORCH_DEVICE_BACKEND_AUTOLOAD", "PATH", "LD_LIBRARY_PATH")
@@ -60,6 +64,8 @@ class Outcome:
     detections: dict[str, Detection] = field(default_factory=dict)
     environment: dict[str, str | None] = field(default_factory=dict)
     """Variables the plugin's devices declare (``DeviceSpec.environment``) with their values when vetted."""
+    timed_out: bool = False
+    """A step hit the deadline: maybe only a busy machine, so the cached outcome expires (:data:`RETRY_AFTER`)."""
 
 
 def vet(plugins: list[Plugin], deadline: float, steering: Iterable[str] = ()) -> dict[str, Outcome]:
@@ -207,6 +213,7 @@ def _charge(current: Mapping[str, Any], outcomes: dict[str, Outcome], finished: 
     from anydevice.guard import plugin_detection_failure
 
     plugin, stage = str(current["plugin"]), str(current["stage"])
+    outcomes[plugin].timed_out |= error.startswith("did not finish")
     if stage == "detect":
         kind = "timeout" if error.startswith("did not finish") else "died"
         outcomes[plugin].detections[str(current["device"])] = plugin_detection_failure(plugin, kind, error, deadline)
@@ -289,6 +296,9 @@ def _read_cache(key: str) -> dict[str, Outcome] | None:
         return None
     try:
         data = json.loads(path.read_text())
+        expires = data.get("expires")
+        if expires is not None and time.time() > float(expires):
+            return None  # a deadline was hit: try again, the machine may only have been busy
         outcomes = {}
         for name, entry in data["plugins"].items():
             environment = dict(entry["environment"])
@@ -309,7 +319,9 @@ def _write_cache(key: str, outcomes: Mapping[str, Outcome]) -> None:
     path = _cache_file(key)
     if path is None:
         return
+    transient = any(o.timed_out for o in outcomes.values())
     data = {
+        "expires": time.time() + RETRY_AFTER if transient else None,
         "plugins": {
             name: {
                 "failure": list(o.failure) if o.failure else None,
@@ -317,7 +329,7 @@ def _write_cache(key: str, outcomes: Mapping[str, Outcome]) -> None:
                 "environment": o.environment,
             }
             for name, o in outcomes.items()
-        }
+        },
     }
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
