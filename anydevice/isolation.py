@@ -27,6 +27,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from anydevice.device_spec import Detection
 from anydevice.untrusted import clean_detection
 
 CACHE_VERSION: Final = 1
+GRACE: Final = 2.0
+"""Seconds past the deadline the parent waits for the child to report its own detection timeouts."""
 RETRY_AFTER: Final = 600.0
 """Seconds a cached outcome with a deadline hit is kept; crashes and errors are kept until the key changes."""
 STARTUP_BUDGET: Final = 120.0
@@ -78,26 +81,40 @@ def vet(plugins: list[Plugin], deadline: float, steering: Iterable[str] = ()) ->
         return cached
     outcomes: dict[str, Outcome] = {p.name: Outcome() for p in plugins}
     finished: set[str] = set()
+    sequential = False
     while True:
         todo = [p for p in plugins if p.name not in finished]
         if not todo:
             break
+        before = _progress(outcomes, finished)
         try:
-            progressed = _run_child(todo, deadline, outcomes, finished)
+            ended, sequential = _run_child(todo, deadline, outcomes, finished, sequential)
         except OSError:  # no child process can be started (embedded Python, no fork): guard in-process only
             return {}
-        if not progressed:  # the child could not even start: charge every plugin left, once
-            break
+        if ended is not None and _progress(outcomes, finished) == before:  # died between steps, twice the same way
+            _charge_all(todo, outcomes, finished, "import", f"the plugin check process {ended} between steps")
     _write_cache(key, outcomes)
     return outcomes
 
 
 # -- the parent side ------------------------------------------------------------------------------
-def _run_child(todo: list[Plugin], deadline: float, outcomes: dict[str, Outcome], finished: set[str]) -> bool:
-    """One child over ``todo``; returns False when it died before reporting anything."""
+def _progress(outcomes: Mapping[str, Outcome], finished: set[str]) -> int:
+    return len(finished) + sum(len(o.detections) for o in outcomes.values())
+
+
+def _run_child(
+    todo: list[Plugin], deadline: float, outcomes: dict[str, Outcome], finished: set[str], sequential: bool
+) -> tuple[str | None, bool]:
+    """One child over ``todo``, recording what it reports and charging the step it hung or died in.
+
+    Returns how the child ended when it ended between steps (the next child carries on), else
+    None; and whether it was killed or died with several detections in flight (the next child then
+    runs them one at a time, to find the one that hung or crashed).
+    """
     request = {
         "deadline": deadline,
         "path": sys.path,
+        "sequential": sequential,
         "plugins": [{"name": p.name, "value": p.value, "skip": sorted(outcomes[p.name].detections)} for p in todo],
     }
     if not sys.executable:
@@ -137,44 +154,47 @@ def _run_child(todo: list[Plugin], deadline: float, outcomes: dict[str, Outcome]
             elif not lines:  # the deadline passed with nothing new
                 _end(proc)
                 if current is None:
-                    _charge_all(todo, outcomes, finished, "import", f"the plugin check did not start within {STARTUP_BUDGET:g} s")
-                    return False
-                _charge(current, outcomes, finished, f"did not finish within {deadline:g} s", deadline)
-                return True
+                    stalled = f"stalled between steps ({deadline:g} s)" if ready else f"did not start ({STARTUP_BUDGET:g} s)"
+                    _charge_all(todo, outcomes, finished, "import", f"the plugin check {stalled}")
+                    return None, False
+                return None, _charge(current, outcomes, finished, f"did not finish within {deadline:g} s", deadline)
             for line in lines:
                 event = _decode(line)
                 if event is None:
                     continue
                 kind = event.get("e")
-                if kind == "ready":
-                    ready = True
-                elif kind == "start":
+                if kind == "start":
                     current = event
-                    limit = time.monotonic() + deadline
+                    grace = GRACE if event.get("stage") == "detect-all" else 0.0  # the child reports its own deadline first
+                    limit = time.monotonic() + deadline + grace
                     continue
+                if kind == "detected":
+                    _record_detection(event, outcomes, deadline)
+                    if current is not None and current.get("stage") == "detect-all":
+                        current["devices"] = [d for d in current["devices"] if d != [event["plugin"], event["device"]]]
+                        continue  # the others are still running, under the same deadline
+                elif kind == "ready":
+                    ready = True
                 elif kind == "failed":
                     name = str(event["plugin"])
                     outcomes[name].failure = (str(event["stage"]), str(event["error"]))
                     finished.add(name)
-                elif kind == "detected":
-                    _record_detection(event, outcomes)
-                elif kind == "environment":
-                    outcomes[str(event["plugin"])].environment.update(event["values"])
+                elif kind == "registered":
+                    outcomes[str(event["plugin"])].environment.update(event.get("values") or {})
                 elif kind == "end":
                     finished.add(str(event["plugin"]))
                 elif kind == "done":
-                    return True
+                    return None, False
                 current = None
                 limit = time.monotonic() + deadline
             if eof:
                 code = proc.wait()
                 if current is not None:
-                    _charge(current, outcomes, finished, _death(code), deadline)
-                    return True
+                    return None, _charge(current, outcomes, finished, _death(code), deadline)
                 if not ready:
                     _charge_all(todo, outcomes, finished, "import", f"the plugin check process {_death(code)} before it started")
-                    return False
-                return True  # ended between steps: the next child carries on
+                    return None, False
+                return _death(code), False  # ended between steps: the next child carries on
     finally:
         selector.close()
         _end(proc)
@@ -188,7 +208,7 @@ def _decode(line: bytes) -> dict[str, Any] | None:
     return event if isinstance(event, dict) else None
 
 
-def _record_detection(event: Mapping[str, Any], outcomes: dict[str, Outcome]) -> None:
+def _record_detection(event: Mapping[str, Any], outcomes: dict[str, Outcome], deadline: float) -> None:
     from anydevice.guard import plugin_detection_failure
 
     plugin, device = str(event["plugin"]), str(event["device"])
@@ -204,14 +224,24 @@ def _record_detection(event: Mapping[str, Any], outcomes: dict[str, Outcome]) ->
             details=found["details"],
         )
     else:
-        detection = plugin_detection_failure(plugin, str(event["kind"]), str(event["error"]))
+        kind = str(event["kind"])
+        outcomes[plugin].timed_out |= kind == "timeout"
+        detection = plugin_detection_failure(plugin, kind, str(event["error"]), deadline)
     outcomes[plugin].detections[device] = detection
 
 
-def _charge(current: Mapping[str, Any], outcomes: dict[str, Outcome], finished: set[str], error: str, deadline: float) -> None:
-    """The step in progress when the child hung or died is that plugin's failure."""
+def _charge(current: Mapping[str, Any], outcomes: dict[str, Outcome], finished: set[str], error: str, deadline: float) -> bool:
+    """The step in progress when the child hung or died is that plugin's failure.
+
+    Returns True when several detections were in flight: nobody is charged, they run again one by one.
+    """
     from anydevice.guard import plugin_detection_failure
 
+    if current.get("stage") == "detect-all":
+        in_flight = [(str(p), str(d)) for p, d in current["devices"]]
+        if len(in_flight) != 1:
+            return bool(in_flight)
+        current = {"plugin": in_flight[0][0], "stage": "detect", "device": in_flight[0][1]}
     plugin, stage = str(current["plugin"]), str(current["stage"])
     outcomes[plugin].timed_out |= error.startswith("did not finish")
     if stage == "detect":
@@ -220,12 +250,15 @@ def _charge(current: Mapping[str, Any], outcomes: dict[str, Outcome], finished: 
     else:
         outcomes[plugin].failure = (stage, error)
         finished.add(plugin)
+    return False
 
 
 def _charge_all(todo: list[Plugin], outcomes: dict[str, Outcome], finished: set[str], stage: str, error: str) -> None:
+    """Every plugin of ``todo`` not finished yet fails with ``error``."""
     for plugin in todo:
-        outcomes[plugin.name].failure = (stage, error)
-        finished.add(plugin.name)
+        if plugin.name not in finished:
+            outcomes[plugin.name].failure = (stage, error)
+            finished.add(plugin.name)
 
 
 def _death(code: int) -> str:
@@ -356,20 +389,39 @@ def _fields(detection: Detection) -> dict[str, Any]:
 
 # -- the child side ---------------------------------------------------------------------------------
 def _child() -> int:
-    """Import, register and detect every requested plugin, one JSON line per step on the original stdout."""
+    """Import, register and detect every requested plugin, one JSON line per step on the original stdout.
+
+    Detections run concurrently in daemon threads, all within one deadline (a Python-level hang is
+    reported by the child itself); with ``sequential`` one after the other, each its own step (after a
+    child was killed with several in flight, this tells which one held the GIL).
+    """
     events = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # the plugins' own output (print, C printf) goes where stderr goes, never into the events
     sys.stdout = sys.stderr
     request = json.loads(sys.stdin.read())
     sys.path[:] = list(request["path"])
+    lock = threading.Lock()
 
     def emit(**event: Any) -> None:
-        events.write(json.dumps(event, default=str) + "\n")
+        with lock:
+            events.write(json.dumps(event, default=str) + "\n")
 
     _warm_up()
     emit(e="ready")
+    deadline = float(request["deadline"])
+    pending: list[tuple[str, Any]] = []
     for plugin in request["plugins"]:
-        _vet_one(plugin["name"], plugin["value"], set(plugin["skip"]), emit)
+        specs = _import_and_register(plugin["name"], plugin["value"], emit)
+        pending += [(plugin["name"], spec) for spec in specs if spec.name not in plugin["skip"]]
+    if request.get("sequential"):
+        for plugin, spec in pending:
+            emit(e="start", plugin=plugin, stage="detect", device=spec.name)
+            emit(e="detected", plugin=plugin, device=spec.name, **_detect(spec))
+    elif pending:
+        emit(e="start", stage="detect-all", devices=[[plugin, spec.name] for plugin, spec in pending])
+        _detect_all(pending, deadline, emit)
+    for plugin in request["plugins"]:
+        emit(e="end", plugin=plugin["name"])
     emit(e="done")
     events.flush()
     os._exit(0)  # a plugin's non-daemon threads or atexit handlers must not hold the child
@@ -379,18 +431,19 @@ def _warm_up() -> None:
     """Import and build what checking a plugin needs, so that its cost is not charged to the first plugin's deadline."""
     import pluggy  # noqa: F401
 
-    from anydevice.device_spec import Detection, detection_problems
+    from anydevice.device_spec import detection_problems
 
     detection_problems(Detection.ok("warm-up"))
 
 
-def _vet_one(name: str, value: str, skip: set[str], emit: Any) -> None:
+def _import_and_register(name: str, value: str, emit: Any) -> list[Any]:
+    """Import one plugin and run its registration hook; its valid device declarations (none after a failure)."""
     from importlib import metadata
 
     import pluggy
 
     from anydevice import hookspecs
-    from anydevice.device_spec import DeviceSpec, detection_problems, is_valid_name
+    from anydevice.device_spec import DeviceSpec, is_valid_name
     from anydevice.guard import describe
 
     emit(e="start", plugin=name, stage="import")
@@ -398,14 +451,14 @@ def _vet_one(name: str, value: str, skip: set[str], emit: Any) -> None:
         module = metadata.EntryPoint(name=name, value=value, group="anydevice").load()
     except BaseException as exc:
         emit(e="failed", plugin=name, stage="import", error=describe(exc))
-        return
+        return []
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     try:
         pm.register(module, name=name)
     except BaseException:  # the parent validates the hooks and reports; nothing to run here
-        emit(e="end", plugin=name)
-        return
+        emit(e="registered", plugin=name)
+        return []
     specs: list[object] = []
     for impl in pm.hook.anydevice_register_devices.get_hookimpls():
         emit(e="start", plugin=name, stage="register")
@@ -413,34 +466,63 @@ def _vet_one(name: str, value: str, skip: set[str], emit: Any) -> None:
             impl.function(register=specs.append)
         except BaseException as exc:
             emit(e="failed", plugin=name, stage="register", error=describe(exc))
-            return
+            return []
+    valid = [s for s in specs if isinstance(s, DeviceSpec) and is_valid_name(s.name)]  # the parent refuses the rest
     values: dict[str, str | None] = {}
-    for spec in specs:
-        if isinstance(spec, DeviceSpec) and isinstance(spec.environment, tuple):
+    for spec in valid:
+        if isinstance(spec.environment, tuple):
             values.update({v: os.environ.get(v) for v in spec.environment if isinstance(v, str)})
-    emit(e="environment", plugin=name, values=values)
-    for spec in specs:
-        if not isinstance(spec, DeviceSpec) or not is_valid_name(spec.name) or spec.name in skip:
-            continue  # an invalid declaration is refused by the parent before detection matters
-        emit(e="start", plugin=name, stage="detect", device=spec.name)
-        try:
-            result = spec.detect()
-        except SystemExit as exc:
-            emit(e="detected", plugin=name, device=spec.name, kind="exit", error=describe(exc))
-            continue
-        except BaseException as exc:
-            emit(e="detected", plugin=name, device=spec.name, kind="raised", error=describe(exc))
-            continue
-        if not isinstance(result, Detection):
-            error = f"detect() returned {type(result).__name__}, not Detection"
-            emit(e="detected", plugin=name, device=spec.name, kind="raised", error=f"TypeError: {error}")
-            continue
-        problems = detection_problems(result)
-        if problems:
-            emit(e="detected", plugin=name, device=spec.name, kind="invalid", error="; ".join(problems))
-            continue
-        emit(e="detected", plugin=name, device=spec.name, detection=_fields(clean_detection(result)))
-    emit(e="end", plugin=name)
+    emit(e="registered", plugin=name, values=values)
+    return valid
+
+
+def _detect(spec: Any) -> dict[str, Any]:
+    """One device's detection as the fields of a ``detected`` event."""
+    from anydevice.device_spec import detection_problems
+    from anydevice.guard import describe
+
+    try:
+        result = spec.detect()
+    except SystemExit as exc:
+        return {"kind": "exit", "error": describe(exc)}
+    except BaseException as exc:
+        return {"kind": "raised", "error": describe(exc)}
+    if not isinstance(result, Detection):
+        return {"kind": "raised", "error": f"TypeError: detect() returned {type(result).__name__}, not Detection"}
+    problems = detection_problems(result)
+    if problems:
+        return {"kind": "invalid", "error": "; ".join(problems)}
+    return {"detection": _fields(clean_detection(result))}
+
+
+def _detect_all(pending: list[tuple[str, Any]], deadline: float, emit: Any) -> None:
+    """Every detection at once, in daemon threads; each reported when it ends, the rest at the deadline."""
+    done: set[int] = set()
+
+    def run(index: int, plugin: str, spec: Any) -> None:
+        fields = _detect(spec)
+        with lock:
+            if index in done:
+                return
+            done.add(index)
+        emit(e="detected", plugin=plugin, device=spec.name, **fields)
+
+    lock = threading.Lock()
+    threads = [
+        threading.Thread(target=run, args=(i, plugin, spec), daemon=True, name=f"anydevice-detect-{plugin}")
+        for i, (plugin, spec) in enumerate(pending)
+    ]
+    for thread in threads:
+        thread.start()
+    until = time.monotonic() + deadline
+    for thread in threads:
+        thread.join(max(until - time.monotonic(), 0.0))
+    for i, (plugin, spec) in enumerate(pending):
+        with lock:
+            if i in done:
+                continue
+            done.add(i)
+        emit(e="detected", plugin=plugin, device=spec.name, kind="timeout", error=f"did not finish within {deadline:g} s")
 
 
 if __name__ == "__main__":
