@@ -2,10 +2,11 @@
 
 In-process guarding (:mod:`anydevice.guard`) cannot stop C code that holds the GIL, a native
 crash (SIGSEGV, ``abort``) or ``os._exit``. So before the registry imports a third-party plugin,
-:func:`vet` runs every third-party plugin's import, registration hook and each device's
-detection in one child process (``python -m anydevice.isolation``), each step under the
-deadline. The child reports each step as a JSON line; when it hangs or dies, the step in
-progress is charged to its plugin and a fresh child carries on with the steps left. The
+:func:`vet` runs every third-party plugin's import and registration hook (each a step under the
+deadline) and then every device's detection (concurrently, within one deadline) in one child
+process (``python -m anydevice.isolation``). The child reports each step as a JSON line; when
+it hangs or dies, the step in progress is charged to its plugin and a fresh child carries on with
+the steps left. The
 registry then imports only the plugins the child imported cleanly, and takes their detections
 from the child (the parent never runs third-party detection). Where no child can be started at
 all, the registry falls back to its in-process guard (threads under the deadline).
