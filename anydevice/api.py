@@ -38,11 +38,9 @@ def device() -> torch.device:
 
 def to(obj: T, non_blocking: bool = False) -> T:
     """Move tensors, modules and nested containers of them to :func:`device`."""
-    from anydevice.shims.common import move
-
-    current()
+    b = current()
     mark_used("ad.to()")
-    return move(obj, device(), non_blocking)
+    return b.shims.placement.move(obj, non_blocking)
 
 
 def compile(model: T, **options: Any) -> T:  # noqa: A001 - mirrors torch.compile
@@ -195,4 +193,7 @@ def fallback_ops() -> dict[str, int]:
     Empty where the device falls back on nothing it can count (eager devices run every op natively
     or raise). On torch_xla these are its ``aten::`` metric counters (e.g. ``upsample_nearest2d_backward``).
     """
-    return dict(current().shims.placement.fallback_ops())
+    from anydevice.shims.contracts import Diagnostics
+
+    diagnostics = current().shims.capability(Diagnostics)
+    return dict(diagnostics.fallback_ops()) if diagnostics is not None else {}

@@ -21,6 +21,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -464,7 +465,8 @@ def _import_and_register(name: str, value: str, emit: Any) -> list[Any]:
     for impl in pm.hook.anydevice_register_devices.get_hookimpls():
         emit(e="start", plugin=name, stage="register")
         try:
-            impl.function(register=specs.append)
+            wants = {"registry": _builtin_registry()} if "registry" in impl.argnames else {}
+            impl.function(register=specs.append, **wants)
         except BaseException as exc:
             emit(e="failed", plugin=name, stage="register", error=describe(exc))
             return []
@@ -475,6 +477,17 @@ def _import_and_register(name: str, value: str, emit: Any) -> list[Any]:
             values.update({v: os.environ.get(v) for v in spec.environment if isinstance(v, str)})
     emit(e="registered", plugin=name, values=values)
     return valid
+
+
+@functools.cache
+def _builtin_registry() -> Any:
+    """For a plugin whose registration hook takes the registry: the built-in devices (no third party here)."""
+    from importlib import metadata
+
+    from anydevice.registry import BUILTIN_DISTRIBUTION, ENTRY_POINT_GROUP, Registry, _distribution
+
+    builtins = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if _distribution(ep) == BUILTIN_DISTRIBUTION]
+    return Registry([(ep.name, ep.load(), BUILTIN_DISTRIBUTION) for ep in builtins]).load()
 
 
 def _detect(spec: Any) -> dict[str, Any]:

@@ -226,7 +226,8 @@ class Registry:
                 continue
             declared: list[object] = []
             try:
-                self.call(name, "register", functools.partial(impl.function, register=declared.append))
+                wants = {"registry": self} if "registry" in impl.argnames else {}  # hookspecs: optional argument
+                self.call(name, "register", functools.partial(impl.function, register=declared.append, **wants))
             except guard.PluginCallError as exc:
                 self._fail(name, "register", exc.error)
                 continue

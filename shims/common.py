@@ -1,16 +1,16 @@
-"""Helpers every shim implementation shares: moving nested objects, portable atomic saves, ranks."""
+"""Helpers every shim implementation shares: moving nested objects, portable atomic saves, prefetching."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
+from anydevice.distributed import local_rank as local_rank  # the one rank helper (core's); shims.cuda_redirect imports it here
 from anydevice.shims.saving import atomic_write, on_main_rank
 
 T = TypeVar("T")
@@ -47,20 +47,6 @@ def move(obj: T, device: torch.device, non_blocking: bool = False) -> T:
 def to_cpu(obj: T) -> T:
     """A CPU copy of every tensor in ``obj``; modules are copied, so the caller's stay where they are."""
     return tree_map_tensors(obj, lambda t: t.detach().to("cpu"), lambda m: copy.deepcopy(m).to("cpu"))
-
-
-def global_rank() -> int:
-    """This process's rank: from the process group when initialised, else ``RANK``, else 0."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return int(os.environ.get("RANK", "0") or 0)
-
-
-def local_rank() -> int:
-    """This process's rank on its node (``LOCAL_RANK``), 0 without a launcher."""
-    return int(os.environ.get("LOCAL_RANK", "0") or 0)
 
 
 def atomic_save(obj: Any, path: Path | str, writer: Callable[[Any, Any], None] = torch.save) -> None:

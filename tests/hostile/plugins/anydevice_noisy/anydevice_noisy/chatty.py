@@ -9,6 +9,7 @@ from typing import NoReturn
 from anydevice.device_spec import Detection, DeviceSpec
 from anydevice.diagnosis import Check, DoctorContext
 from anydevice.hookspecs import hookimpl
+from anydevice.settings import Setting
 
 print("chatty: hello from import")
 os.write(1, b"chatty: raw bytes on fd 1 at import\n")
@@ -31,7 +32,8 @@ def detect() -> Detection:
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     print("chatty: registering")
-    register(DeviceSpec(name="chatty", detect=detect, load=never_loaded, priority=5, environment=("CHATTY_MODE",)))
+    mode = Setting("CHATTY_MODE", "How chatty detects (tests: a declared variable, so a change detects again).", owner="chatty")
+    register(DeviceSpec(name="chatty", detect=detect, load=never_loaded, priority=5, settings=(mode,)))
 
 
 @hookimpl
