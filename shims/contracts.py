@@ -7,7 +7,7 @@ device type each shim is built with. The shared implementations beside this modu
 for devices driven by ``torch.accelerator``, ``lazy_xla`` for torch_xla devices) subclass these
 and are filled in from a table of the vendor's calls.
 
-Optional capabilities (:class:`Diagnostics`, :class:`CudaShaped`) are separate base classes a shim
+Optional capabilities (:class:`Diagnostics`, :class:`CudaShaped`, :class:`HostTransfer`) are separate base classes a shim
 may also inherit; core asks for one with :meth:`Shims.capability` and gets None when it is absent.
 """
 
@@ -167,15 +167,6 @@ class Placement:
 
         return Prefetcher(loader, self.device(), non_blocking=True)
 
-    def save(self, obj: Any, path: Path) -> None:
-        """Write ``obj`` portably (tensors moved to CPU first) and atomically, once, by the main rank.
-
-        With a process group up it is collective: every rank returns once the file is in place.
-        """
-        from anydevice.shims.common import portable_save
-
-        portable_save(obj, path, self.device())
-
 
 class Compilation:
     """How ``torch.compile`` is driven on this device."""
@@ -321,6 +312,25 @@ class Diagnostics:
         return None
 
 
+class HostTransfer:
+    """Optional: the device's own way to bring tensors to the host for ``ad.save``.
+
+    ``ad.save`` asks ``shims.capability(HostTransfer)`` and, without one, uses this class's defaults:
+    each tensor copied with ``tensor.detach().to("cpu")``, and every process without a process
+    group writes. torch_xla's placement overrides both (one batched transfer; ordinal 0 writes).
+    """
+
+    def to_host(self, obj: T) -> T:
+        """A copy of ``obj`` with every device tensor on the CPU (modules copied, the caller's stay put)."""
+        from anydevice.shims.common import to_cpu
+
+        return to_cpu(obj)
+
+    def is_writer(self) -> bool:
+        """Whether this process writes an ``ad.save`` when no process group is up (False on a follower)."""
+        return True
+
+
 class CudaShaped:
     """Optional: a ``torch.cuda``-shaped module for this device (``ad.device_module()``, cuda-compat)."""
 
@@ -340,7 +350,8 @@ class Shims:
     versions: dict[str, str] = field(default_factory=dict)
 
     def capability(self, kind: type[C]) -> C | None:
-        """The shim offering the optional capability ``kind`` (:class:`Diagnostics`, :class:`CudaShaped`), or None."""
+        """The shim offering the optional capability ``kind`` (:class:`Diagnostics`, :class:`CudaShaped`,
+        :class:`HostTransfer`), or None."""
         return next(
             (s for s in (self.placement, self.compilation, self.collectives, self.profiling) if isinstance(s, kind)), None
         )

@@ -11,7 +11,7 @@ torch-neuronx 2.14) describes its device with an :class:`XlaVendor` table and ca
 
 What the shims do: the device is ``torch_xla.device()``; ``ad.step()`` is ``torch_xla.sync()``;
 ``ad.synchronize()`` waits for the launched graphs; data loaders are wrapped in
-``MpDeviceLoader``; ``ad.save`` moves everything to CPU in one batched transfer (``xm.save``)
+``MpDeviceLoader``; ``ad.save`` gets every tensor on CPU in one batched transfer (``to_host``, as ``xm.save``)
 and writes once, atomically, on global rank 0; autocast is bf16; compile is
 ``torch.compile(backend="openxla", dynamic=False)`` with torch_xla's persistent cache
 (``xr.initialize_cache``) under ``ANYDEVICE_CACHE_DIR/xla/<pjrt>``; the process group is
@@ -35,7 +35,16 @@ from anydevice import settings
 from anydevice.errors import DeviceUnavailableError, UnsupportedFeatureError, VersionMismatchError
 from anydevice.settings import Setting
 from anydevice.shims import compile_options
-from anydevice.shims.contracts import Collectives, Compilation, CudaShaped, Diagnostics, MemoryStats, Placement, Shims
+from anydevice.shims.contracts import (
+    Collectives,
+    Compilation,
+    CudaShaped,
+    Diagnostics,
+    HostTransfer,
+    MemoryStats,
+    Placement,
+    Shims,
+)
 from anydevice.shims.recompiles import RecompileWatch
 
 if TYPE_CHECKING:
@@ -160,7 +169,7 @@ def _single_process_error(vendor: XlaVendor, processes: int) -> UnsupportedFeatu
     )
 
 
-class XlaPlacement(Placement, Diagnostics, CudaShaped):
+class XlaPlacement(Placement, Diagnostics, CudaShaped, HostTransfer):
     """Placement on a lazy XLA device: ops are traced until ``step()`` cuts and launches the graph."""
 
     lazy = True
@@ -235,24 +244,17 @@ class XlaPlacement(Placement, Diagnostics, CudaShaped):
 
         return pl.MpDeviceLoader(loader, self.device())  # type: ignore[no-any-return]
 
-    def save(self, obj: Any, path: Path) -> None:
-        """``xm.save`` (one batched transfer to CPU) into a temporary file, then an atomic rename; main rank only.
-
-        The main rank is rank 0 of the process group when one is up (every rank then returns once
-        the file is in place), else ordinal 0 of a multi-process XLA runtime, else this process.
-        """
+    def to_host(self, obj: T) -> T:
+        """Every XLA tensor in ``obj`` synced in one graph and copied to the CPU in one batched transfer."""
         import torch_xla.core.xla_model as xm
+
+        return xm._maybe_convert_to_cpu(obj)  # type: ignore[no-any-return]  # what xm.save does before torch.save
+
+    def is_writer(self) -> bool:
+        """Without a process group, only ordinal 0 of a multi-process XLA runtime writes."""
         import torch_xla.runtime as xr
 
-        from anydevice.shims.saving import atomic_write, group_rank, on_main_rank
-
-        if group_rank() is None and xr.world_size() > 1 and xr.global_ordinal() != 0:
-            return
-
-        def write() -> None:
-            atomic_write(path, lambda handle: xm.save(obj, handle, master_only=False))
-
-        on_main_rank(write, f"save {path}", self.device())
+        return bool(xr.world_size() <= 1 or xr.global_ordinal() == 0)
 
     def compilations(self) -> int:
         """Graphs compiled since the device was selected (counted at each ``ad.step()``)."""

@@ -135,6 +135,7 @@ def test_the_contract_declares_what_core_and_the_matrix_call() -> None:
         contracts.Collectives: ("launcher", "launch_env", "wrap", "lacking_reduce_ops"),
         contracts.Diagnostics: ("fallback_ops", "compilations"),
         contracts.CudaShaped: ("device_module",),
+        contracts.HostTransfer: ("to_host", "is_writer"),
         contracts.Compilation: ("compile", "cache_dir"),
         contracts.Profiling: ("record", "trace", "peak_flops", "chip"),
     }
