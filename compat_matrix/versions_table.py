@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from anydevice.compat_matrix.merge import Column, Matrix
 from anydevice.versions import TORCH_MINORS
@@ -133,29 +133,26 @@ def _builtin_devices() -> list[tuple[str, str, str | None, object, tuple[str, ..
         dist = metadata.distribution("anydevice")
     except metadata.PackageNotFoundError:
         return []
-    found: list[tuple[str, str, str | None, object, tuple[str, ...]]] = []
+    from anydevice.registry import Registry
+
+    modules = []
     for ep in sorted((e for e in dist.entry_points if e.group == "anydevice"), key=lambda e: e.name):
         try:
-            module = ep.load()
-            hook = module.anydevice_register_devices
+            modules.append((ep.name, ep.load(), "anydevice"))
         except Exception:  # a plugin that cannot load is the registry's to report, not the page's
             continue
-        specs: list[Any] = []
-        try:
-            hook(register=specs.append)
-        except Exception:
-            continue
-        found += [
-            (
-                ep.name,
-                str(spec.name),
-                spec.vendor_package,
-                dict(spec.paired_packages).get(spec.vendor_package or ""),
-                tuple(dict(spec.paired_packages)),
-            )
-            for spec in specs
-        ]
-    return found
+    registry = Registry(plugins=modules)  # the built-in plugins only, whatever ANYDEVICE_PLUGINS says
+    entries = sorted((registry.get(name) for name in registry.names()), key=lambda e: (e.plugin, e.spec.name))
+    return [
+        (
+            e.plugin,
+            e.spec.name,
+            e.spec.vendor_package,
+            dict(e.spec.paired_packages).get(e.spec.vendor_package or ""),
+            tuple(dict(e.spec.paired_packages)),
+        )
+        for e in entries
+    ]
 
 
 def plugin_versions(

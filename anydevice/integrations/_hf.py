@@ -15,16 +15,15 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import torch
-
     from anydevice.backend import Backend
+
+from anydevice.optimizers import fused_optimizer_supported as fused_optimizer_supported
 
 WATCHED = ("transformers", "accelerate", "diffusers")
 """Libraries that read :func:`environment` at import: too late once one of them is imported."""
 FUSED, UNFUSED = "adamw_torch_fused", "adamw_torch"
 _PATCHED_MODULE = "transformers.training_args"
 _said: set[str] = set()
-_fused_ok: dict[str, bool] = {}
 
 
 def _say(line: str) -> None:
@@ -35,10 +34,20 @@ def _say(line: str) -> None:
 
 
 def environment(backend: Backend | None = None) -> dict[str, str]:
-    """The variables Accelerate/Transformers must see to use the selected device (``Shims.framework_env``)."""
+    """The variables Accelerate/Transformers read at import, with the values that make them pick the selected device.
+
+    From what the plugin's placement shim declares: a lazy device (``Placement.lazy``, torch_xla) puts them
+    in torch_xla mode (``USE_TORCH_XLA=1``; the runtime variable is already in the environment, set by the
+    plugin's ``prepare_environment``); the host CPU needs ``ACCELERATE_USE_CPU=1`` (else Accelerate runs no
+    process group on it); any other device is native torch, even where torch_xla is installed.
+    """
     from anydevice.backend import current
 
-    return dict((backend or current()).shims.framework_env)
+    placement = (backend or current()).shims.placement
+    return {
+        "USE_TORCH_XLA": "1" if placement.lazy else "0",
+        "ACCELERATE_USE_CPU": "1" if placement.device_type == "cpu" else "0",
+    }
 
 
 def launch_env(backend: Backend) -> dict[str, str]:
@@ -62,21 +71,6 @@ def apply_environment(backend: Backend | None = None) -> dict[str, str]:
             _say(f"{key}={old} replaced by {key}={value} to follow ANYDEVICE")
         os.environ[key] = value
     return values
-
-
-def fused_optimizer_supported(device: torch.device) -> bool:
-    """Whether ``torch.optim.AdamW(fused=True)`` steps on ``device`` (tried once per device type)."""
-    import torch
-
-    if device.type not in _fused_ok:
-        param = torch.zeros(1, device=device, requires_grad=True)
-        param.grad = torch.zeros_like(param)
-        try:
-            torch.optim.AdamW([param], fused=True).step()
-            _fused_ok[device.type] = True
-        except RuntimeError:  # "`fused=True` requires all the params to be ... Tensors of supported devices"
-            _fused_ok[device.type] = False
-    return _fused_ok[device.type]
 
 
 def fix_optimizer(args: Any) -> None:

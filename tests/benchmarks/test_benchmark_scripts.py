@@ -109,6 +109,16 @@ def test_presets_records_the_main_jobs_json(tmp_path: Path) -> None:
         assert "skipped" in result["presets"][name]  # cpu: the large presets need an accelerator
 
 
+def test_checkpoint_load_times_the_crc_check_beside_torch_load(tmp_path: Path) -> None:
+    out = tmp_path / "checkpoint_load.json"
+    run("checkpoint_load.py", "--megabytes", "2", "--rounds", "2", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert result["file_bytes"] > 2_000_000
+    assert set(result["seconds"]) == {"torch.load", "ad.load", "CRC-32 check alone"}
+    assert all(finite_positive(s["median"]) for s in result["seconds"].values())
+    assert result["ratio_to_torch_load"]["torch.load"]["median"] == 1.0
+
+
 def test_plot_draws_the_committed_results(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="matplotlib is in requirements/bench.txt, not in this lane")
     out = tmp_path / "plot.png"
@@ -126,3 +136,12 @@ def test_xla_overhead_runs_raw_and_anydevice(tmp_path: Path) -> None:
     eager = result["ratio_to_raw"]["eager"]
     assert set(eager) == {"raw torch_xla [eager]", "raw torch_xla (control) [eager]", "anydevice [eager]"}
     assert all(finite_positive(r["median"]) for r in eager.values())
+
+
+def test_cuda_compat_overhead_runs(tmp_path: Path) -> None:
+    out = tmp_path / "cc.json"
+    run("cuda_compat_overhead.py", "--steps", "1", "--rounds", "2", "--warmup", "1", "--discard", "0", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert set(result["ratio_to_hand_port"]) == {"hand port [eager]", "hand port (control) [eager]", "cuda-compat [eager]"}
+    assert all(finite_positive(r["median"]) for r in result["ratio_to_hand_port"].values())
+    assert all(finite_positive(us) for us in result["per_call_us"].values())
