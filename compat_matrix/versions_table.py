@@ -269,6 +269,10 @@ def declared_note(vendor_package: str | None, packages: Sequence[str], minor: st
     return False, f"no release of {' or '.join(known)} declares torch {minor}"
 
 
+def _simulated(note: str) -> bool:
+    return "(fake" in note or "(simulated" in note
+
+
 def version_cells(row: PluginVersions, lanes: Sequence[LaneRecord], files: Sequence[RanFile] | None = None) -> list[VersionCell]:
     """One cell per claimed torch minor version for ``row`` (``files`` default to its columns' runs)."""
     files = [_ran_column(c) for c in row.columns] if files is None else files
@@ -276,8 +280,11 @@ def version_cells(row: PluginVersions, lanes: Sequence[LaneRecord], files: Seque
     for minor in TORCH_MINORS:
         ran = tested_notes(row.plugin, row.devices, minor, files, lanes)
         declared, why = declared_note(row.vendor_package, row.packages, minor)
-        if ran:
+        real = [note for note in ran if not _simulated(note[1])]
+        if ran and (declared or real):
             cells.append(VersionCell(minor, "tested", "; ".join(n for _, n in ran), tuple(dict.fromkeys(s for s, _ in ran))))
+        elif ran:  # a fake of a package that has no release for this torch proves nothing about a real pair
+            cells.append(VersionCell(minor, "none", f"{why}; only a simulation ran here: " + "; ".join(n for _, n in ran)))
         else:
             cells.append(VersionCell(minor, "declared" if declared else "none", why))
     return cells

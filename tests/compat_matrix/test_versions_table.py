@@ -72,7 +72,7 @@ def test_parse_devices() -> None:
 
 def test_cells_mark_tested_only_what_a_passing_lane_or_a_result_file_ran() -> None:
     lanes = [
-        _lane("core-torch2.15", "2.15.0+cu130", {"cpu": "ran"}),
+        _lane("core-torch2.15", "2.15.0+cu130", {"cpu": "ran", "neuron": "fake"}),
         _lane("tpu", "2.15.0", {"tpu": "no chip"}),
         _lane("broken", "2.11.0", {"cpu": "ran"}, outcome="failed"),
     ]
@@ -89,6 +89,8 @@ def test_cells_mark_tested_only_what_a_passing_lane_or_a_result_file_ran() -> No
     assert {cells["xla"][m].status for m in TORCH_MINORS[1:]} == {"none"}
     assert cells["neuron"]["2.14"].status == "declared" and "native TorchNeuron" in cells["neuron"]["2.14"].note
     assert cells["cuda"]["2.15"].status == "declared"  # no GPU here: never claimed as tested
+    # a fake of torch-neuronx on a torch no torch-neuronx release pairs with proves no real pair
+    assert cells["neuron"]["2.15"].status == "none" and "only a simulation ran here" in cells["neuron"]["2.15"].note
 
 
 def test_the_committed_lane_records_come_from_scripts_test_lanes_and_back_both_ends_of_the_range() -> None:
