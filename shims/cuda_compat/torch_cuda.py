@@ -116,7 +116,12 @@ def install_torch_cuda(r: Redirect) -> None:
     done: set[str] = set()
 
     def put(name: str, value: Any) -> None:
-        patch(cuda, name, value if isinstance(value, type) else _per_caller(name, value))
+        replacement = value if isinstance(value, type) else _per_caller(name, value)
+        wrapped = getattr(getattr(cuda, name, None), "__wrapped__", None)
+        if wrapped is not None and not isinstance(value, type):
+            # torch 2.15's dynamo reads torch.cuda.use_mem_pool.__wrapped__ (a @contextmanager) at import
+            replacement.__wrapped__ = wrapped  # type: ignore[attr-defined]
+        patch(cuda, name, replacement)
         done.add(name)
 
     for name in MAPPED:
