@@ -8,6 +8,7 @@ device into the engine's platform class. Nothing here imports torch or an engine
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -116,6 +117,27 @@ def call_vendor_plugin(engine: Engine, device: str, ep: metadata.EntryPoint) -> 
         reason = f"{engine.name}'s '{ep.name}' platform plugin ({source}) found no {device} device"
         return Decision(device, None, reason, unusable(device, reason, f"check the {device} runtime with `anydevice doctor`"))
     return Decision(device, str(platform), f"{engine.name}'s '{ep.name}' platform plugin ({source})")
+
+
+def announce(engine: Engine, selection: str, decision: Decision, hidden: list[str], log: logging.Logger) -> None:
+    """Say what the engine's platform became: one stderr line in the process the user started, a log line in the engine's children.
+
+    The engines configure their logging only after resolving the platform, so the first process
+    writes to stderr itself (``ANYDEVICE_QUIET=1`` silences it); errors are logged in every process.
+    """
+    if decision.error is not None:
+        log.error("anydevice: ANYDEVICE=%s cannot be served by %s here: %s", selection, engine.name, decision.error)
+        return
+    line = f"anydevice: {engine.name} uses {decision.platform} for ANYDEVICE={selection} ({decision.why})"
+    if hidden:
+        line += f"; other platform plugins not consulted: {', '.join(hidden)}"
+    import multiprocessing
+
+    if multiprocessing.parent_process() is None:
+        if not settings.ANYDEVICE_QUIET.flag():
+            sys.stderr.write(line + "\n")
+    else:
+        log.info(line)
 
 
 def hide_other_platform_plugins(module: str, resolver: str, plugins_local: str, activated_local: str, ours: str) -> list[str]:

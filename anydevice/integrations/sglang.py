@@ -70,12 +70,7 @@ def platform_plugin() -> str | None:
     first = selection not in _decisions
     decision = platform_for(selection)
     if first:
-        if hidden:
-            log.info("anydevice: ANYDEVICE=%s names the device, so the platform plugins %s are not consulted", selection, ", ".join(hidden))
-        if decision.error is None:
-            log.info("anydevice: ANYDEVICE=%s -> %s (%s)", selection, decision.platform, decision.why)
-        else:
-            log.error("anydevice: ANYDEVICE=%s cannot be served by SGLang here: %s", selection, decision.error)
+        _serving.announce(SGLANG, selection, decision, hidden, log)
     return decision.platform if decision.error is None else f"{__name__}.SelectionRefused"
 
 
