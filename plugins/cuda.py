@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from anydevice import detect as d
 from anydevice import settings
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
 
@@ -149,6 +149,13 @@ def load() -> Shims:
     )
 
 
+SERVING = {
+    "vllm": Serving(platforms=("cuda", "rocm"), hint="pip install vllm (the CUDA build; on ROCm, AMD's vLLM build)"),
+    "sglang": Serving(platforms=("cuda", "rocm"), hint="pip install sglang (on ROCm, AMD's SGLang build)"),
+}
+"""What serving engines run here (anydevice.integrations): their built-in CUDA platform, else ROCm."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
@@ -164,6 +171,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             find_hardware=gpu_nodes,
             ray_resource="GPU",
             environment=(settings.CUDA_VISIBLE_DEVICES.name,),
+            serving=SERVING,
         )
     )
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from anydevice import detect as d
 from anydevice import settings, versions
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims import lazy_xla
 from anydevice.shims.contracts import Shims
@@ -198,6 +198,13 @@ def load() -> Shims:
     return _load_native() if version is not None and is_native(version) else lazy_xla.xla_shims(xla_vendor())
 
 
+SERVING = {
+    "vllm": Serving(plugins=("neuron", "optimum_neuron"), hint="pip install vllm-neuron (AWS Neuron's vLLM platform plugin)"),
+    "sglang": Serving(hint="SGLang has no Neuron platform"),
+}
+"""What serving engines run here (anydevice.integrations): AWS's vLLM platform plugin."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
@@ -218,6 +225,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             find_hardware=neuron_devices,
             ray_resource="neuron_cores",
             environment=(settings.NEURON_RT_VISIBLE_CORES.name, settings.NEURON_RT_NUM_CORES.name),
+            serving=SERVING,
         )
     )
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from anydevice import detect as d
 from anydevice import settings, versions
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
 from anydevice.shims.lazy_xla import PJRT_DEVICES, XlaVendor, requested_pjrt_device, xla_shims
@@ -114,6 +114,13 @@ def load() -> Shims:
     return xla_shims(vendor())
 
 
+SERVING = {
+    "vllm": Serving(hint="vLLM has no generic PJRT platform: on a Cloud TPU select ANYDEVICE=tpu with vllm-tpu installed"),
+    "sglang": Serving(hint="SGLang has no PJRT (torch_xla) platform"),
+}
+"""Serving engines have no PJRT platform (anydevice.integrations says so when ANYDEVICE selects xla)."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
@@ -130,6 +137,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             paired_packages={"torch_xla": "lockstep"},
             ray_resource=ray_resource,
             environment=(settings.PJRT_DEVICE.name,),
+            serving=SERVING,
         )
     )
 

@@ -11,11 +11,17 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from anydevice import settings
+from anydevice.device_spec import Serving
 from anydevice.errors import AnyDeviceError, DeviceUnavailableError
+
+if TYPE_CHECKING:
+    from anydevice.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,12 @@ class Decision:
     """The engine's platform class (qualified name), None when ``error`` is set."""
     why: str
     error: AnyDeviceError | None = None
+
+
+Found = tuple[str | None, str]
+"""A platform class path (None: not usable) and a few words on where it came from or why not."""
+BuiltinPlatform = Callable[[str], Found | None]
+"""The engine's built-in platform of a given name: what it finds, or None when the engine has no such platform."""
 
 
 def requested() -> str | None:
@@ -90,13 +102,13 @@ def platform_entry_points(engine: Engine) -> dict[str, metadata.EntryPoint]:
     return found
 
 
-def vendor_entry_point(engine: Engine, device: str, known: dict[str, tuple[str, ...]]) -> metadata.EntryPoint | None:
-    """The installed vendor platform plugin for ``device``: a known name for it, else one named like the device."""
-    plugins = platform_entry_points(engine)
-    for name in (*known.get(device, ()), device):
-        if name in plugins and name != engine.plugin_name:
-            return plugins[name]
-    return None
+def declared_serving(engine: Engine, device: str, registry: Registry | None = None) -> Serving:
+    """What the device's plugin declares for the engine (``DeviceSpec.serving``); undeclared: a plugin named like the device."""
+    from anydevice.registry import get_registry
+
+    spec = (registry or get_registry()).get(device).spec
+    declared: Serving | None = getattr(spec, "serving", {}).get(engine.name)
+    return declared if declared is not None else Serving(plugins=(device,))
 
 
 def distribution_of(ep: metadata.EntryPoint) -> str:
@@ -105,22 +117,62 @@ def distribution_of(ep: metadata.EntryPoint) -> str:
     return f"{dist.name} {dist.version}" if dist is not None else ep.value
 
 
-def call_vendor_plugin(engine: Engine, device: str, ep: metadata.EntryPoint) -> Decision:
-    """Call a vendor's platform plugin (its registration side effects happen) and take its platform or say why not."""
-    source = distribution_of(ep)
+def call_plugin(engine: Engine, ep: metadata.EntryPoint) -> Found:
+    """Call a vendor's platform plugin (its registration side effects happen): its platform, or what happened."""
+    source = f"{engine.name}'s '{ep.name}' platform plugin ({distribution_of(ep)})"
     try:
         platform = ep.load()()
     except Exception as exc:
-        reason = f"{engine.name}'s '{ep.name}' platform plugin ({source}) failed: {type(exc).__name__}: {exc}"
-        return Decision(device, None, reason, unusable(device, reason, f"fix or reinstall {source}"))
-    if platform is None:
-        reason = f"{engine.name}'s '{ep.name}' platform plugin ({source}) found no {device} device"
-        return Decision(device, None, reason, unusable(device, reason, f"check the {device} runtime with `anydevice doctor`"))
-    return Decision(device, str(platform), f"{engine.name}'s '{ep.name}' platform plugin ({source})")
+        return None, f"{source} failed: {type(exc).__name__}: {exc}"
+    return (str(platform), source) if platform is not None else (None, f"{source} found no device")
+
+
+def decide(engine: Engine, selection: str, builtin: BuiltinPlatform) -> Decision:
+    """Resolve ``selection`` with anydevice, then find the engine's platform for the device as its plugin declares it.
+
+    The declared built-in platforms are tried first (``builtin``, the engine's own detection), then
+    the declared vendor plugins; the first that answers wins. Anything else is anydevice's error
+    with the reasons and the plugin's hint.
+    """
+    try:
+        device, why = resolve_device(selection)
+    except AnyDeviceError as exc:
+        return Decision(None, None, str(exc), exc)
+    declared = declared_serving(engine, device)
+    if not declared.platforms and not declared.plugins:
+        reason = declared.hint or f"{engine.name} cannot serve {device}"
+        return Decision(device, None, reason, unusable(device, reason, "serve it with another engine, or choose another device"))
+    tried: list[str] = []
+    for name in declared.platforms:
+        try:
+            found = builtin(name)
+        except AnyDeviceError as exc:  # the engine's platform needs a setting it cannot take any more
+            return Decision(device, None, exc.message, exc)
+        platform, note = found if found is not None else (None, f"{engine.name} has no built-in '{name}' platform")
+        if platform is not None:
+            return Decision(device, platform, f"{why}; {note}")
+        tried.append(note)
+    plugins = platform_entry_points(engine)
+    for name in declared.plugins:
+        ep = plugins.get(name) if name != engine.plugin_name else None
+        if ep is None:
+            tried.append(f"no '{name}' platform plugin installed")
+            continue
+        platform, note = call_plugin(engine, ep)
+        if platform is not None:
+            return Decision(device, platform, f"{why}; {note}")
+        tried.append(note)
+    build = installed_distribution(engine)
+    shown = f"{build[0]} {build[1]}" if build else engine.name
+    reason = f"{shown} cannot drive {device} here ({'; '.join(tried)})"
+    fix = (
+        declared.hint or f"install the {device} vendor's {engine.platform_group} plugin, or choose another device with ANYDEVICE"
+    )
+    return Decision(device, None, reason, unusable(device, reason, fix))
 
 
 def announce(engine: Engine, selection: str, decision: Decision, hidden: list[str], log: logging.Logger) -> None:
-    """Say what the engine's platform became: one stderr line in the process the user started, a log line in the engine's children.
+    """Say what the engine's platform became: a stderr line in the process the user started, a log line in the engine's children.
 
     The engines configure their logging only after resolving the platform, so the first process
     writes to stderr itself (``ANYDEVICE_QUIET=1`` silences it); errors are logged in every process.

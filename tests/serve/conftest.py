@@ -58,6 +58,16 @@ def vendor_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def two_vendor_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy device and its vendor's plugins, plus a second vendor's vLLM platform plugin (which finds no device)."""
+    return _install(
+        tmp_path_factory.mktemp("two-vendor-site"),
+        tmp_path_factory.mktemp("two-vendor-build"),
+        [REPO / "tests" / "plugins" / "anydevice_toydevice", SERVE_PLUGINS / "toyvendor", SERVE_PLUGINS / "othervendor"],
+    )
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random two-layer Llama with a tokenizer trained here (tests/serve/tiny_model.py)."""
     from tests.serve.tiny_model import write_model

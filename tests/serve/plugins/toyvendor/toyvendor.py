@@ -32,9 +32,15 @@ def __getattr__(name: str) -> type:
     if name == "ToyPlatform":
         from vllm.platforms.cpu import CpuPlatform
 
-        return type("ToyPlatform", (CpuPlatform,), {"__module__": __name__, "__doc__": "vLLM's CPU platform, as the toy vendor's."})
+        return type(
+            "ToyPlatform", (CpuPlatform,), {"__module__": __name__, "__doc__": "vLLM's CPU platform, as the toy vendor's."}
+        )
     if name == "ToySRTPlatform":
         from sglang.srt.platforms.cpu import CpuSRTPlatform
 
-        return type("ToySRTPlatform", (CpuSRTPlatform,), {"__module__": __name__, "__doc__": "SGLang's CPU platform, as the toy vendor's."})
+        return type(
+            "ToySRTPlatform",
+            (CpuSRTPlatform,),
+            {"__module__": __name__, "__doc__": "SGLang's CPU platform, as the toy vendor's."},
+        )
     raise AttributeError(name)
