@@ -186,7 +186,8 @@ def _tiny_vllm_model(directory: Any) -> None:
     vocab = {"<unk>": 0, "</s>": 1, **{f"t{i}": i for i in range(2, 256)}}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="</s>").save_pretrained(directory)
+    fast: Any = PreTrainedTokenizerFast  # untyped in transformers
+    fast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="</s>").save_pretrained(directory)
     config = LlamaConfig(
         vocab_size=256,
         hidden_size=128,
