@@ -76,14 +76,4 @@ SERVING = {
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(
-        DeviceSpec(
-            name="xpu",
-            aliases=("intel",),
-            detect=detect,
-            load=load,
-            priority=70,
-            description="Intel GPUs (torch.xpu)",
-            serving=SERVING,
-        )
-    )
+    register(DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70, serving=SERVING))
