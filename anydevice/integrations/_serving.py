@@ -185,7 +185,8 @@ def announce(engine: Engine, selection: str, decision: Decision, hidden: list[st
         line += f"; other platform plugins not consulted: {', '.join(hidden)}"
     import multiprocessing
 
-    if multiprocessing.parent_process() is None:
+    # spawned children name themselves before unpickling their target (where engines resolve the platform)
+    if multiprocessing.current_process().name == "MainProcess" and multiprocessing.parent_process() is None:
         if not settings.ANYDEVICE_QUIET.flag():
             sys.stderr.write(line + "\n")
     else:
