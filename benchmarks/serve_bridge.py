@@ -8,11 +8,12 @@ prompts and engine flags for both variants:
 - ``bridge``: ``ANYDEVICE=cpu`` plus what ``anydevice run`` adds (``anydevice.integrations.launch_environment``):
   vLLM's platform comes from anydevice's plugin;
 - ``plain``: ``ANYDEVICE`` unset and ``VLLM_PLUGINS`` without anydevice's plugin: vLLM as if anydevice
-  were not installed.
+  were not installed;
+- ``unset``: ``ANYDEVICE`` unset, nothing else: anydevice's plugin is loaded and answers "no platform".
 
 Each round starts one server per variant, in rotated order, and measures start-up (launch to
 /health answering), then sends the same streamed completions (``--concurrency`` at a time):
-requests/s and time to first token. Ratios are bridge over plain in the same round. Writes
+requests/s and time to first token. Ratios are over plain in the same round. Writes
 benchmarks/results/serve_bridge.json.
 """
 
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     envs = {
         "bridge": engine_env(launch_environment("cpu")),
         "plain": engine_env({"VLLM_PLUGINS": GENERAL_PLUGINS_ONLY}),
+        "unset": engine_env(),
     }
     records: dict[str, list[dict[str, float]]] = {name: [] for name in envs}
 
@@ -127,10 +129,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "requests": opts.requests,
         "concurrency": opts.concurrency,
         "max_tokens": opts.max_tokens,
-        "variants": {"bridge": "ANYDEVICE=cpu + anydevice run's environment", "plain": f"VLLM_PLUGINS={GENERAL_PLUGINS_ONLY}"},
+        "variants": {
+            "bridge": "ANYDEVICE=cpu + anydevice run's environment",
+            "plain": f"VLLM_PLUGINS={GENERAL_PLUGINS_ONLY}",
+            "unset": "ANYDEVICE unset (anydevice's plugin loaded, answers None)",
+        },
         "summary": {name: {k: rotate.spread(v) for k, v in m.items()} for name, m in metrics.items()},
-        "ratio_bridge_to_plain": {
-            k: rotate.ratios({"b": metrics["bridge"][k], "p": metrics["plain"][k]}, "p", ["b"])["b"] for k in metrics["plain"]
+        "ratio_to_plain": {
+            name: {k: rotate.ratios({"v": metrics[name][k], "p": metrics["plain"][k]}, "p", ["v"])["v"] for k in metrics["plain"]}
+            for name in ("bridge", "unset")
         },
     }
     for name, summ in result["summary"].items():
