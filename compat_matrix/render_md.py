@@ -10,13 +10,10 @@ from __future__ import annotations
 import re
 
 from anydevice.compat_matrix import claims
-from anydevice.compat_matrix.merge import Cell, Column, Diff, Matrix
-from anydevice.compat_matrix.origin import origin
+from anydevice.compat_matrix.claims import origin
+from anydevice.compat_matrix.merge import DISAGREE, Cell, Column, Diff, Matrix, Tally, plugin_versions, ran_pair, tally
 from anydevice.compat_matrix.runner import reproduce_command
-from anydevice.compat_matrix.schema import Status
-from anydevice.compat_matrix.summary import DISAGREE, Tally, tally
-from anydevice.compat_matrix.symbols import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING
-from anydevice.compat_matrix.versions_table import plugin_versions, ran_pair
+from anydevice.compat_matrix.schema import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING, Status
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|#!~])")
 
