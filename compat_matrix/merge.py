@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from anydevice.compat_matrix.claims import Source, origin
+from anydevice.compat_matrix.claims import Source, mismatch, origin, short
 from anydevice.compat_matrix.probe import GROUPS
 from anydevice.compat_matrix.schema import BROKEN, SIMULATED, WORKING, ProbeResult, ResultFileError, Run, Status, load_run
 
@@ -54,6 +54,13 @@ class LoadedRun:
     def healthy(self) -> bool:
         """Sanity passed and the device was there."""
         return bool(self.run.health.sanity_passed and self.run.health.device_available)
+
+    @property
+    def health(self) -> str:
+        """``healthy``, ``device not available`` or ``UNHEALTHY`` (the sanity probe failed)."""
+        if self.healthy:
+            return "healthy"
+        return "device not available" if not self.run.health.device_available else "UNHEALTHY"
 
 
 @dataclass
@@ -97,6 +104,28 @@ class Cell:
     def counts(self) -> list[tuple[Status, int]]:
         """How many runs saw each status."""
         return [(s, sum(r.status is s for _, r in self.entries)) for s in self.statuses]
+
+    @property
+    def stages(self) -> str:
+        """The stages its failures happened at (``place/execute``); empty when nothing failed."""
+        return "/".join(sorted({r.failure_stage.value for _, r in self.entries if r.failure_stage is not None}))
+
+    @property
+    def contradicts(self) -> bool:
+        """Whether a result contradicts what its plugin claims."""
+        return any(mismatch(r) for _, r in self.entries)
+
+    @property
+    def claim(self) -> str | None:
+        """The claim in a few words: the contradicted one (``claimed supported``), ``declared unsupported``, or None."""
+        contradicted = [r for _, r in self.entries if mismatch(r)]
+        notes = sorted({n for _, r in self.entries if (n := short(r))})
+        return short(contradicted[0]) if contradicted else (notes[0] if notes else None)
+
+    @property
+    def origins(self) -> list[str]:
+        """Where its failures come from, a few words each (``from the plugin``)."""
+        return sorted({found.short for loaded, r in self.entries if (found := origin(loaded.run, r)) is not None})
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from anydevice.compat_matrix.schema import (
     WORKING,
     ProbeResult,
     Status,
+    shown,
 )
 
 LOG_EXCERPT = 1500
@@ -272,7 +273,7 @@ def _table(matrix: Matrix) -> list[dict[str, Any]]:
         if not groups or groups[-1]["name"] != row.shim:
             groups.append({"name": row.shim, "anchor": group_anchor(row.shim), "rows": []})
         cells = [matrix.cell(row.probe, c) for c in matrix.columns]
-        mismatch = {"claim-mismatch"} if any(_mismatches(c) for c in cells) else set()
+        mismatch = {"claim-mismatch"} if any(c.contradicts for c in cells) else set()
         groups[-1]["rows"].append(
             {
                 "row": row,
@@ -283,26 +284,15 @@ def _table(matrix: Matrix) -> list[dict[str, Any]]:
     return groups
 
 
-def _mismatches(cell: Cell) -> list[ProbeResult]:
-    return [r for _, r in cell.entries if claims.mismatch(r)]
-
-
 def _cell(probe: str, column: Column, cell: Cell) -> dict[str, Any]:
     status = cell.status
     if status is None:
         symbol, text = DISAGREE_SYMBOL, "disagree: " + ", ".join(f"{LABEL[s]} ×{n}" for s, n in cell.counts())
     else:
-        symbol, text = SYMBOL[status], LABEL[status]
-        stages = sorted({r.failure_stage.value for _, r in cell.entries if r.failure_stage is not None})
-        text += f" at {'/'.join(stages)}" if stages else ""
-    contradicted = _mismatches(cell)
-    notes = sorted({n for _, r in cell.entries if (n := claims.short(r))})
+        symbol, text = SYMBOL[status], LABEL[status] + (f" at {cell.stages}" if cell.stages else "")
     claim = None
-    if contradicted:
-        claim = {"mismatch": True, "text": claims.short(contradicted[0])}
-    elif notes:
-        claim = {"mismatch": False, "text": f"({notes[0]})"}
-    sources = sorted({found.short for loaded, r in cell.entries if (found := origin(loaded.run, r)) is not None})
+    if cell.claim:
+        claim = {"mismatch": cell.contradicts, "text": cell.claim if cell.contradicts else f"({cell.claim})"}
     return {
         "key": cell_key(cell),
         "column": column,
@@ -310,7 +300,7 @@ def _cell(probe: str, column: Column, cell: Cell) -> dict[str, Any]:
         "symbol": symbol,
         "text": text,
         "claim": claim,
-        "sources": ", ".join(sources),
+        "sources": ", ".join(cell.origins),
         "evidence": [_evidence(probe, loaded, result) for loaded, result in cell.entries],
     }
 
@@ -384,7 +374,7 @@ def _claims(matrix: Matrix) -> dict[str, list[dict[str, str]]]:
             "column": f.column.label,
             "source": f.loaded.source,
             "verdict": f"{CLAIM_MISMATCH_SYMBOL} {f.contradiction}" if f.contradiction else "agrees",
-            "observed": f"{SYMBOL[r.status]} {LABEL[r.status]}" + (f" at {r.failure_stage.value}" if r.failure_stage else ""),
+            "observed": shown(r),
             "claim": claims.describe(r.expected) if r.expected else "",
         }
 
@@ -396,15 +386,12 @@ def _claims(matrix: Matrix) -> dict[str, list[dict[str, str]]]:
 
 
 def _run_row(loaded: LoadedRun) -> dict[str, Any]:
-    run = loaded.run
-    health = "healthy" if loaded.healthy else ("device not available" if not run.health.device_available else "UNHEALTHY")
     counts: dict[Status, int] = {}
-    for result in run.results:
+    for result in loaded.run.results:
         counts[result.status] = counts.get(result.status, 0) + 1
     return {
         "loaded": loaded,
         "anchor": run_anchor(loaded),
-        "health": health,
         "results": ", ".join(f"{SYMBOL[s]} {LABEL[s]} {counts[s]}" for s in Status if s in counts),
         "env": env_line(loaded),
     }

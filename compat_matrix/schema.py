@@ -225,6 +225,13 @@ class Run(_Model):
         return self
 
 
+def shown(result: ProbeResult) -> str:
+    """A result's status as the page says it: symbol, label and the failing stage (``✘ fail at compile``)."""
+    return f"{SYMBOL[result.status]} {LABEL[result.status]}" + (
+        f" at {result.failure_stage.value}" if result.failure_stage else ""
+    )
+
+
 class ResultFileError(ValueError):
     """A result file that cannot be read or does not match the schema; ``path`` names it."""
 
