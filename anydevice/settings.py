@@ -1,8 +1,10 @@
 """Every environment variable anydevice reads, in one place.
 
-Each variable is a :class:`Setting`; read it with ``SETTING.get()``. The README's
-"Environment variables" table is checked against :data:`ALL` by the tests, so a new
-variable cannot go undocumented.
+Each variable is a :class:`Setting`; read it with ``SETTING.get()``. A vendor's variables
+(``PJRT_DEVICE``, ``CUDA_VISIBLE_DEVICES``, ...) are declared by the plugin that reads them
+(``DeviceSpec.settings``). The README's "Environment variables" table is checked against
+:data:`ALL` and every built-in plugin's settings by the tests, so a new variable cannot go
+undocumented.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -30,8 +33,24 @@ class Setting:
         return value or self.default
 
     def flag(self) -> bool:
-        """True when the variable is set to 1/true/yes/on."""
-        return (self.get() or "").lower() in {"1", "true", "yes", "on"}
+        """True for 1/true/yes/on, False when unset or 0/false/no/off; any other value is an error naming the variable."""
+        value = (self.get() or "").lower()
+        if value in _YES:
+            return True
+        if not value or value in _NO:
+            return False
+        raise _error(
+            f"{self.name}={self.get()!r} is not a yes/no value.", f"Set {self.name}=1 (on) or {self.name}=0 (off), or unset it."
+        )
+
+
+_YES, _NO = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
+
+
+def _error(message: str, fix: str) -> Exception:
+    from anydevice.errors import AnyDeviceError  # imported here: errors imports nothing of ours, but keep settings first
+
+    return AnyDeviceError(message, fix)
 
 
 ANYDEVICE: Final = Setting(
@@ -60,8 +79,9 @@ ANYDEVICE_CACHE_DIR: Final = Setting(
 )
 ANYDEVICE_DETECT_TIMEOUT: Final = Setting(
     "ANYDEVICE_DETECT_TIMEOUT",
-    "Seconds a plugin may take to import, register or detect its device. A plugin that takes longer is "
-    "reported by name (`anydevice list`, `doctor`) and skipped; the others keep working.",
+    "Seconds a third-party plugin may take for each call into it: import, registration, detection, its hooks and, "
+    "after selection, `prepare_environment` and `load` (after torch is imported). A plugin that takes longer is "
+    "reported by name and stage (`anydevice list`, `doctor`) and skipped; the others keep working. Above 0, at most 3600.",
     "5",
 )
 ANYDEVICE_KEEP_AUTOLOAD: Final = Setting(
@@ -98,12 +118,6 @@ OMP_NUM_THREADS: Final = Setting(
     "node and it is unset (as torchrun does).",
     owner="OpenMP",
 )
-PJRT_DEVICE: Final = Setting(
-    "PJRT_DEVICE",
-    "torch_xla's runtime device (CPU, TPU, CUDA, NEURON). anydevice sets it from the selection when "
-    "unset and respects it when set.",
-    owner="torch_xla",
-)
 TORCH_DEVICE_BACKEND_AUTOLOAD: Final = Setting(
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
     "torch's out-of-tree backend autoload (`0` disables it). `anydevice run` and the CLI set it to 0 "
@@ -113,22 +127,6 @@ TORCH_DEVICE_BACKEND_AUTOLOAD: Final = Setting(
     owner="torch",
 )
 
-CUDA_VISIBLE_DEVICES: Final = Setting(
-    "CUDA_VISIBLE_DEVICES",
-    'Which NVIDIA/AMD GPUs the process sees; `""`, `-1`, `none` or `NoDevFiles` hides every GPU. `anydevice doctor` reports it.',
-    owner="CUDA",
-)
-NEURON_RT_VISIBLE_CORES: Final = Setting(
-    "NEURON_RT_VISIBLE_CORES",
-    "Which NeuronCores the Neuron runtime uses (`0`, `0-3`, `0,2`); launchers set it per rank. "
-    "`anydevice doctor` checks its syntax and that it agrees with NEURON_RT_NUM_CORES.",
-    owner="Neuron runtime",
-)
-NEURON_RT_NUM_CORES: Final = Setting(
-    "NEURON_RT_NUM_CORES",
-    "How many NeuronCores the Neuron runtime takes; must match NEURON_RT_VISIBLE_CORES when both are set.",
-    owner="Neuron runtime",
-)
 CXX: Final = Setting(
     "CXX",
     "The C++ compiler torch.compile's inductor backend uses on CPU (default `g++`; `clang++` on macOS). "
@@ -136,28 +134,36 @@ CXX: Final = Setting(
     owner="torch inductor",
 )
 
-TORCH_NEURONX_NEFF_CACHE_DIR: Final = Setting(
-    "TORCH_NEURONX_NEFF_CACHE_DIR",
-    "Where native TorchNeuron (torch-neuronx 2.14+) caches compiled NEFFs; anydevice sets it under "
-    "ANYDEVICE_CACHE_DIR (`neuron-neff/`) when unset.",
-    owner="torch-neuronx",
-)
-NEURON_CC_FLAGS: Final = Setting(
-    "NEURON_CC_FLAGS",
-    "Flags for neuronx-cc on XLA-based torch-neuronx (< 2.14); anydevice appends `--cache_dir=` under "
-    "ANYDEVICE_CACHE_DIR (`neuron-cc/`) unless the flags already name one.",
-    owner="torch-neuronx",
-)
 
 ALL: Final[tuple[Setting, ...]] = tuple(v for v in globals().values() if isinstance(v, Setting))
 
 
 def cache_dir(*parts: str) -> Path:
-    """A directory under ``ANYDEVICE_CACHE_DIR`` (created on first use)."""
-    root = ANYDEVICE_CACHE_DIR.get()
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "anydevice"
-    path = base.joinpath(*parts)
+    """A directory under ``ANYDEVICE_CACHE_DIR`` (created on first use).
+
+    Raises :class:`~anydevice.errors.AnyDeviceError` for a malformed ``ANYDEVICE_CACHE_DIR``
+    (:func:`cache_root`), ``OSError`` when it cannot be created, ``RuntimeError`` when it is unset
+    and there is no home directory (no ``HOME``, no passwd entry).
+    """
+    path = cache_root().joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_root() -> Path:
+    """``ANYDEVICE_CACHE_DIR`` (checked: absolute, or ``~``-relative, and not a file), else ``~/.cache/anydevice``."""
+    root = ANYDEVICE_CACHE_DIR.get()
+    if not root:
+        return Path.home() / ".cache" / "anydevice"
+    name = ANYDEVICE_CACHE_DIR.name
+    path = Path(root).expanduser()
+    if not path.is_absolute():
+        raise _error(
+            f"{name}={root!r} is not an absolute path: every process (and rank) would resolve it from its own directory.",
+            f"Set {name} to an absolute path such as {Path('/var/cache/anydevice')}, or unset it for ~/.cache/anydevice.",
+        )
+    if path.exists() and not path.is_dir():
+        raise _error(f"{name}={root!r} is not a directory.", f"Point {name} at a directory, or unset it for ~/.cache/anydevice.")
     return path
 
 
@@ -216,21 +222,53 @@ def _temporary_cache_root() -> Path:
     return Path(tempfile.mkdtemp(prefix="anydevice-cache-"))  # private; raises if no temporary directory is writable
 
 
+MAX_DETECT_TIMEOUT: Final = 3600.0
+"""The largest ``ANYDEVICE_DETECT_TIMEOUT``: an hour (a larger value overflows the thread join it bounds)."""
+
+
 def detect_timeout() -> float:
-    """``ANYDEVICE_DETECT_TIMEOUT`` in seconds; a clear error when it is not a positive number."""
+    """``ANYDEVICE_DETECT_TIMEOUT`` in seconds: above 0, at most :data:`MAX_DETECT_TIMEOUT`; else a clear error."""
     value = ANYDEVICE_DETECT_TIMEOUT.get() or "5"
     try:
         seconds = float(value)
     except ValueError:
         seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        from anydevice.errors import AnyDeviceError
-
-        raise AnyDeviceError(
-            f"{ANYDEVICE_DETECT_TIMEOUT.name}={value!r} is not a positive number of seconds.",
-            f"Set it to e.g. {ANYDEVICE_DETECT_TIMEOUT.name}=5, or unset it.",
+    if not 0 < seconds <= MAX_DETECT_TIMEOUT:  # also refuses nan and inf
+        name = ANYDEVICE_DETECT_TIMEOUT.name
+        raise _error(
+            f"{name}={value!r} is not a number of seconds above 0 and at most {MAX_DETECT_TIMEOUT:g}.",
+            f"Set it to e.g. {name}=5, or unset it.",
         )
     return seconds
+
+
+def _integer(setting: Setting, low: int, high: int) -> None:
+    value = setting.get()
+    if value is None:
+        return
+    if not (value.isascii() and value.isdigit() and low <= int(value) <= high):
+        raise _error(
+            f"{setting.name}={value!r} is not a whole number from {low} to {high}.",
+            f"Fix or unset {setting.name} (it is set by {setting.owner}).",
+        )
+
+
+def validate() -> None:
+    """Check every setting anydevice reads against its real range; the first problem raises, naming the variable.
+
+    ``ANYDEVICE`` itself is checked when it is parsed (:func:`anydevice.selection.parse`).
+    """
+    detect_timeout()
+    for flag in (ANYDEVICE_QUIET, ANYDEVICE_DEBUG, ANYDEVICE_KEEP_AUTOLOAD, ANYDEVICE_CUDA_COMPAT):
+        flag.flag()
+    if ANYDEVICE_CACHE_DIR.get():
+        cache_root()
+    _integer(ANYDEVICE_LAUNCH_PARENT, 1, 2**22)
+    for rank in (LOCAL_RANK, RANK, TORCHELASTIC_RESTART_COUNT):
+        _integer(rank, 0, 2**31 - 1)
+    for size in (WORLD_SIZE, LOCAL_WORLD_SIZE):
+        _integer(size, 1, 2**31 - 1)
+    _integer(MASTER_PORT, 0, 65535)
 
 
 def allowed_plugins() -> frozenset[str] | None:
@@ -241,10 +279,19 @@ def allowed_plugins() -> frozenset[str] | None:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
 
 
-def markdown_table() -> str:
-    """The README's table of every variable (kept current by ``scripts/update-readme``)."""
+def builtin_plugin_settings() -> tuple[Setting, ...]:
+    """The settings the built-in plugins' devices declare (``DeviceSpec.settings``), for the README table."""
+    from anydevice.registry import Registry  # imported here: loading plugins is not a settings read
+
+    registry = Registry()
+    return tuple(s for n in registry.names() if registry.get(n).builtin for s in registry.get(n).spec.settings)
+
+
+def markdown_table(more: Iterable[Setting] = ()) -> str:
+    """The README's table of :data:`ALL` and ``more`` (the plugins' ``DeviceSpec.settings``); ``scripts/update-readme``."""
     rows = ["| variable | owner | meaning |", "|---|---|---|"]
-    for s in sorted(ALL, key=lambda s: (s.owner != "anydevice", s.name)):
+    unique = {s.name: s for s in (*ALL, *more)}.values()
+    for s in sorted(unique, key=lambda s: (s.owner != "anydevice", s.name)):
         default = f" Default: `{s.default}`." if s.default else ""
         rows.append(f"| `{s.name}` | {s.owner} | {s.doc}{default} |")
     return "\n".join(rows)

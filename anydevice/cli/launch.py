@@ -184,8 +184,8 @@ def single_process(spec: LaunchSpec) -> int:
 
 
 # --- Integrations hook (anydevice.integrations): libraries that pick a device on their own. -------------
-# Hugging Face Transformers/Accelerate read their device choice from the environment at import: the parent
-# adds what the selected device's shims declare (Shims.framework_env) to every child's environment, and each
+# Hugging Face Transformers/Accelerate read their device choice from the environment at import: the parent adds
+# the variables each integration computes for the selected device (anydevice.integrations) to every child's environment; each
 # rank installs an import hook (it imports nothing) that fixes Trainer's optimizer where the device rejects it.
 
 
@@ -326,17 +326,14 @@ def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
 def check_nproc(nproc: int, device: str, spec: DeviceSpec, detection: Detection) -> None:
     """Refuse ``-n`` above what the device takes on one node, before any planning work.
 
-    A device that declares ``processes_per_core`` (cpu) takes that many per CPU core; one of known
-    count takes one process per device; one of unknown count is bounded like the host
-    (:data:`PROCESSES_PER_CORE` per core).
+    A device of known count takes one process per device; the host (``DeviceSpec.hardware.host``: cpu)
+    and any device of unknown count take :data:`PROCESSES_PER_CORE` per CPU core.
     """
     cores = os.cpu_count() or 1
-    per_core = spec.processes_per_core
-    if per_core is None and detection.count:
+    if detection.count and not (spec.hardware is not None and spec.hardware.host):
         limit, why = detection.count, f"{detection.count} {device} device(s) visible here, one process each"
     else:
-        per_core = per_core or PROCESSES_PER_CORE
-        limit, why = per_core * cores, f"{per_core} processes per CPU core, {cores} core(s) here"
+        limit, why = PROCESSES_PER_CORE * cores, f"{PROCESSES_PER_CORE} processes per CPU core, {cores} core(s) here"
     if nproc > limit:
         raise DistributedError(
             f"-n {nproc} is more than {device} can take on this machine: at most {limit} ({why}).",
@@ -349,8 +346,8 @@ def registered_launcher(name: str) -> Launcher:
     if name not in LAUNCHERS:
         raise DistributedError(
             f"The selected device's launcher '{name}' is not known to anydevice run.",
-            f"Known launchers: {', '.join(sorted(LAUNCHERS))}. The plugin should implement collectives.launch(spec) "
-            "or call anydevice.cli.launch.register_launcher.",
+            f"Known launchers: {', '.join(sorted(LAUNCHERS))}. Register it with "
+            "anydevice.cli.launch.register_launcher, or declare a known one in the Collectives shim.",
         )
     return LAUNCHERS[name]
 
@@ -362,7 +359,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         spec, collectives = plan(args)
-        result: int = collectives.launch(spec)
+        result: int = registered_launcher(collectives.launcher)(spec)
         return result
     except KeyboardInterrupt:
         return _interrupted(signal.SIGINT)
