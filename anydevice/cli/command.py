@@ -27,17 +27,17 @@ NOT_FOUND, NOT_EXECUTABLE = 127, 126  # what a shell returns
 def run_command(command: Sequence[str], env: Mapping[str, str]) -> int:
     """Run ``command`` with ``env``; forward signals; return its exit status the way a shell reports it."""
     program = command[0]
-    path = shutil.which(program, path=env.get("PATH", os.defpath))
-    if path is None:
-        where = "" if os.sep in program else f" on PATH ({env.get('PATH', os.defpath)})"
+    search = env.get("PATH", os.defpath)
+    path = program if os.sep in program else shutil.which(program, path=search)
+    try:
+        if path is None:
+            raise FileNotFoundError(program)
+        proc = subprocess.Popen([path, *command[1:]], env=dict(env))
+    except FileNotFoundError:
+        where = "" if os.sep in program else f" on PATH ({search})"
         sys.stderr.write(f"anydevice run: command not found: {program}{where}\n")
         return NOT_FOUND
-    try:
-        proc = subprocess.Popen([path, *command[1:]], env=dict(env))
-    except PermissionError as exc:
-        sys.stderr.write(f"anydevice run: cannot execute {program}: {exc.strerror}\n")
-        return NOT_EXECUTABLE
-    except OSError as exc:  # ENOEXEC (no interpreter line), a directory, ...
+    except OSError as exc:  # no permission, no interpreter line (ENOEXEC), a directory, ...
         sys.stderr.write(f"anydevice run: cannot execute {program}: {exc.strerror or exc}\n")
         return NOT_EXECUTABLE
     previous = {sig: signal.signal(sig, _forward_to(proc)) for sig in FORWARDED}
