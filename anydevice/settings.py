@@ -76,7 +76,8 @@ ANYDEVICE_CUDA_COMPAT: Final = Setting(
 )
 ANYDEVICE_LAUNCH_PARENT: Final = Setting(
     "ANYDEVICE_LAUNCH_PARENT",
-    "Set by `anydevice run` in its ranks: the launcher's pid. A rank ends when that process ends (also on kill -9).",
+    "Set by `anydevice run` in its ranks and command: the launcher's pid. A rank ends when that process ends (also on "
+    "kill -9); every process that still carries it when the run ends is ended too.",
 )
 LOCAL_RANK: Final = Setting(
     "LOCAL_RANK", "Set by launchers (torchrun): the rank on this node; picks the device index.", owner="torchrun"
