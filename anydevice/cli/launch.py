@@ -58,11 +58,12 @@ if TYPE_CHECKING:
     from anydevice.device_spec import Detection, DeviceSpec
 
 # A rank's interpreter runs this first: sys.path[0] becomes what `python script.py` / `python -m` would
-# give (argv[1]) before anything is imported, so no module in the working directory shadows one anydevice
+# give (argv[3]) before anything is imported, so no module in the working directory shadows one anydevice
 # or torch imports (`python -m anydevice.cli.launch` would put the working directory first).
+# Its argv is [target, kind, path0, rank_env, *args]: torch elastic names a run after the first argument
+# that does not start with "-", so the code rides attached to "-c" and the target comes first.
 RANK_BOOTSTRAP = (
-    "import sys; sys.path[0] = sys.argv[1]; del sys.argv[1]; "
-    "from anydevice.cli.launch import rank_main; sys.exit(rank_main(sys.argv[1:]))"
+    "import sys; sys.path[0] = sys.argv[3]; from anydevice.cli.launch import rank_main; sys.exit(rank_main(sys.argv[1:]))"
 )
 PROCESSES_PER_CORE = 4
 """``-n`` bound where the device's count does not bound it (the host, a device of unknown count)."""
@@ -182,7 +183,7 @@ def rank_args(spec: LaunchSpec) -> list[str]:
     """The interpreter arguments of one rank under :func:`torchrun` (see :data:`RANK_BOOTSTRAP`)."""
     rank_env = json.dumps({str(k): dict(v) for k, v in spec.rank_env.items()})
     kind = "module" if spec.is_module else "script"
-    return ["-c", RANK_BOOTSTRAP, spec.path0, rank_env, kind, spec.script, *spec.script_args]
+    return ["-c" + RANK_BOOTSTRAP, spec.script, kind, spec.path0, rank_env, *spec.script_args]
 
 
 def torchrun(spec: LaunchSpec) -> int:
@@ -294,14 +295,14 @@ def _check_module(name: str) -> None:
 def rank_main(argv: list[str]) -> int:
     """Child side of :func:`torchrun` (after :data:`RANK_BOOTSTRAP`): the rank's environment, then ``@record``."""
     lifeline.die_with_parent()  # first: before torch is imported
-    rank_env = {int(k): v for k, v in json.loads(argv[0]).items()}
-    kind, target, args = argv[1], argv[2], argv[3:]
+    target, kind, path0, rank_env_json, args = argv[0], argv[1], argv[2], argv[3], argv[4:]
+    rank_env = {int(k): v for k, v in json.loads(rank_env_json).items()}
     local = int(settings.LOCAL_RANK.get() or 0)
     os.environ.update(rank_env.get(local, {}))  # before torch (and any vendor) is imported
     with lifeline.quiet_interrupt():
         from torch.distributed.elastic.multiprocessing.errors import record
 
-        record(run_rank)(target, args, {}, kind == "module", sys.path[0])
+        record(run_rank)(target, args, {}, kind == "module", path0)
     return 0
 
 
