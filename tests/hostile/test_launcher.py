@@ -37,7 +37,9 @@ sys.exit(spawn(spec))
 # A rank that starts a process of its own (a data server, a shell helper) and then waits: the grandchild.
 SPAWNS_GRANDCHILD = """
 import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
+hardy = "--hardy" in sys.argv  # its own session, deaf to SIGTERM: only SIGKILL ends it
+code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN) if %r else None; time.sleep(1000)" % hardy
+child = subprocess.Popen([sys.executable, "-c", code], start_new_session=hardy)
 print(f"ready {os.getpid()} grandchild {child.pid}", flush=True)
 if "--exit" in sys.argv:
     sys.exit(0)  # the rank ends and leaves its child behind
@@ -272,8 +274,9 @@ def test_a_ranks_own_children_die_when_the_launcher_is_killed(tmp_path: Path) ->
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_a_child_left_behind_by_a_finished_rank_ends_with_the_run(tmp_path: Path) -> None:
-    proc, grandchildren = start_with_grandchildren(["-m", "anydevice", "run", "-n", "1"], tmp_path, "--exit")
+@pytest.mark.parametrize("kind", [[], ["--hardy"]], ids=["plain", "own-session-ignoring-SIGTERM"])
+def test_a_child_left_behind_by_a_finished_rank_ends_with_the_run(kind: list[str], tmp_path: Path) -> None:
+    proc, grandchildren = start_with_grandchildren(["-m", "anydevice", "run", "-n", "1"], tmp_path, "--exit", *kind)
     try:
         assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
         assert gone_within(grandchildren, 5.0) == [], "a rank's child outlived the finished run"
