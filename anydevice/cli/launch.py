@@ -429,8 +429,8 @@ def registered_launcher(name: str) -> Launcher:
     if name not in LAUNCHERS:
         raise DistributedError(
             f"The selected device's launcher '{name}' is not known to anydevice run.",
-            f"Known launchers: {', '.join(sorted(LAUNCHERS))}. The plugin should implement collectives.launch(spec) "
-            "or call anydevice.cli.launch.register_launcher.",
+            f"Known launchers: {', '.join(sorted(LAUNCHERS))}. The plugin should declare one of them as "
+            "collectives.launcher, or register its own with anydevice.cli.launch.register_launcher(name, fn).",
         )
     return LAUNCHERS[name]
 

@@ -281,3 +281,12 @@ def test_single_process_launcher_refuses_more_than_one_rank() -> None:
 
     with pytest.raises(DistributedError, match="one process per machine; 2 were asked for"):
         single_process(LaunchSpec(script="train.py", nproc_per_node=2))
+
+
+def test_an_unknown_declared_launcher_is_a_clear_error() -> None:
+    from anydevice.cli.launch import registered_launcher
+    from anydevice.errors import DistributedError
+
+    with pytest.raises(DistributedError, match="launcher 'nope' is not known to anydevice run") as info:
+        registered_launcher("nope")
+    assert "register_launcher(name, fn)" in str(info.value) and "torchrun" in str(info.value)
