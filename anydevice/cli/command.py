@@ -19,8 +19,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-"""Signals the launcher passes on to the command."""
+FORWARDED: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2") if hasattr(signal, name)
+)
+"""Signals the launcher passes on to the command (those this platform has)."""
 NOT_FOUND, NOT_EXECUTABLE = 127, 126  # what a shell returns
 
 
@@ -56,7 +58,7 @@ def run_command(command: Sequence[str], env: Mapping[str, str]) -> int:
 
 def _forward_to(proc: subprocess.Popen[bytes]) -> Callable[[int, FrameType | None], None]:
     def forward(signum: int, _frame: FrameType | None) -> None:
-        if signum in (signal.SIGINT, signal.SIGQUIT) and _from_terminal():
+        if signum in (signal.SIGINT, getattr(signal, "SIGQUIT", signal.SIGINT)) and _from_terminal():
             return  # Ctrl-C / Ctrl-\ went to the whole foreground group: the command has it already
         if proc.poll() is None:
             proc.send_signal(signum)
