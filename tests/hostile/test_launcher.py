@@ -445,3 +445,50 @@ def test_multi_process_options_with_a_command_are_refused(options: list[str]) ->
     assert done.stderr.splitlines()[0] == (
         f"anydevice: error: anydevice run -- true starts one process; {options[0]} apply to Python scripts and modules."
     )
+
+
+COUNT_SIGINT = """
+import os, signal, sys, time
+seen = []
+signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+print("ready", flush=True)
+while not seen:
+    time.sleep(0.05)
+time.sleep(1.0)  # a second SIGINT, if one came, arrives in this window
+print(f"SIGINTs {len(seen)}", flush=True)
+sys.exit(40 + len(seen))
+"""
+
+
+def test_ctrl_c_in_a_terminal_reaches_the_command_and_its_status_comes_back(tmp_path: Path) -> None:
+    """In a terminal the command shares the launcher's foreground group: Ctrl-C reaches it, its status is the run's."""
+    import pty
+
+    probe = tmp_path / "count.py"
+    probe.write_text(COUNT_SIGINT)
+    env = child_env({"ANYDEVICE": "cpu", "ANYDEVICE_QUIET": "1"})
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a session leader whose controlling terminal is the pty, in the foreground
+        os.chdir(REPO)
+        os.execve(sys.executable, [sys.executable, "-m", "anydevice", "run", "--", sys.executable, str(probe)], env)
+    output = b""
+    try:
+        deadline = time.monotonic() + 240
+        while b"ready" not in output and time.monotonic() < deadline:
+            output += os.read(fd, 1024)
+        assert b"ready" in output, output.decode(errors="replace")
+        os.write(fd, b"\x03")  # Ctrl-C typed at the terminal
+        while True:
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:  # EIO: the terminal's last process ended
+                break
+            if not chunk:
+                break
+            output += chunk
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    text = output.decode(errors="replace")
+    assert "SIGINTs 1" in text, text
+    assert os.waitstatus_to_exitcode(status) == 41, text
