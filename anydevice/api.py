@@ -38,11 +38,9 @@ def device() -> torch.device:
 
 def to(obj: T, non_blocking: bool = False) -> T:
     """Move tensors, modules and nested containers of them to :func:`device`."""
-    from anydevice.shims.common import move
-
-    current()
+    b = current()
     mark_used("ad.to()")
-    return move(obj, device(), non_blocking)
+    return b.shims.placement.move(obj, non_blocking)
 
 
 def compile(model: T, **options: Any) -> T:  # noqa: A001 - mirrors torch.compile
@@ -100,15 +98,20 @@ def save(obj: Any, path: str | Path) -> None:
 
     With a process group up it is collective (call it on every rank): it returns on every rank
     only once the file is in place, so ``ad.save(...); ad.load(...)`` works on every rank of a
-    shared filesystem, and raises on every rank when rank 0 failed.
+    shared filesystem, and raises on every rank when rank 0 failed. Only an earlier checkpoint
+    file is replaced; any other file, a read-only one, a full disk or another user's symlink in a
+    shared directory raises :class:`~anydevice.errors.CheckpointError` naming the file and the cause.
     """
-    current().shims.placement.save(obj, Path(path))
+    from anydevice.saving import save as save_file
+
+    save_file(obj, Path(path))
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu", weights_only: bool = True) -> Any:
     """Load what :func:`save` wrote; tensors land on ``map_location`` (CPU by default).
 
-    An empty, truncated or corrupt file raises :class:`~anydevice.errors.CheckpointError` naming it.
+    Every member's CRC-32 is checked first: an empty, truncated or corrupt file raises
+    :class:`~anydevice.errors.CheckpointError` naming it and what is wrong.
     """
     from anydevice.loading import load_file
 
@@ -195,4 +198,7 @@ def fallback_ops() -> dict[str, int]:
     Empty where the device falls back on nothing it can count (eager devices run every op natively
     or raise). On torch_xla these are its ``aten::`` metric counters (e.g. ``upsample_nearest2d_backward``).
     """
-    return dict(current().shims.placement.fallback_ops())
+    from anydevice.shims.contracts import Diagnostics
+
+    diagnostics = current().shims.capability(Diagnostics)
+    return dict(diagnostics.fallback_ops()) if diagnostics is not None else {}

@@ -37,7 +37,10 @@ class Backend:
     @property
     def compilations(self) -> int | None:
         """Graphs compiled at ``ad.step()`` since selection on lazy devices; None on eager ones."""
-        return self.shims.placement.compilations()
+        from anydevice.shims.contracts import Diagnostics
+
+        diagnostics = self.shims.capability(Diagnostics)
+        return diagnostics.compilations() if diagnostics is not None else None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly description (everything but the shims)."""

@@ -16,15 +16,14 @@ Pairing: each optimizer is saved with the module in ``state`` whose parameters i
 (found by parameter identity), so an optimizer needs its model in the same dict; an optimizer
 whose parameters belong to no module, or to several, is an error.
 
-A save writes into a hidden temporary directory beside ``directory`` and renames it into place
-once DCP has written its ``.metadata`` on every rank: a checkpoint directory either is complete
-or does not exist (:func:`is_complete`), and the next save removes what a killed one left.
+A save writes into a locked hidden temporary directory beside ``directory`` and swaps it into place
+in one step (:mod:`anydevice.publish`) once DCP has written its ``.metadata`` on every rank: a
+checkpoint directory either is complete or does not exist (:func:`is_complete`), the previous one
+survives any crash, and the next save removes what a killed one left.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import warnings
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -53,12 +52,13 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
     Returns once the checkpoint is in place on every rank. With ``async_save=True`` it returns
     after the state is staged in host memory and gives a future resolved with the directory
     when the write finished (on rank 0: once the checkpoint is in place); wait for it before
-    the process exits. A directory that exists is replaced.
+    the process exits. An earlier checkpoint at ``directory`` is replaced in one atomic step;
+    anything else there (a directory holding other files, a file) is an error and is left alone.
     """
     from torch.distributed.checkpoint import state_dict_saver as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from anydevice.shims.saving import fsync_directory, group_rank, on_main_rank, remove_stale_temps, resolve_target
+    from anydevice.saving import group_rank, on_main_rank
 
     if async_save and not hasattr(dcp, "async_save"):
         import torch
@@ -68,25 +68,30 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
             "Upgrade torch, or call ad.checkpoint.save without async_save=True.",
         )
     _quiet_dcp_noise()
-    target = resolve_target(Path(directory))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    main = group_rank() in (None, 0)
-    if main:
-        remove_stale_temps(target.parent)
-    tmp = _shared_temp(target)
+    target = Path(directory)
     state_dict = _state_dict(_Parts(state))
+    main = group_rank() in (None, 0)
+    begun = _begin(target) if main else None
+    tmp = _shared_temp(begun)  # raises on every rank when rank 0 could not begin
+    job = begun if isinstance(begun, _Job) else None
 
     def publish() -> None:
-        _publish(tmp, target)
-        fsync_directory(target.parent)
+        assert job is not None
+        if not is_complete(tmp):
+            job.abandon()
+            raise CheckpointError(f"The checkpoint written to {tmp} has no {METADATA}; {target} was left as it was.")
+        job.publish()
+
+    def failed(exc: BaseException) -> CheckpointError:
+        if job is not None:
+            job.abandon()
+        return CheckpointError(f"Saving checkpoint {target} failed: {_first_line(exc)}")
 
     if not async_save:
         try:
             dcp.save(state_dict, checkpoint_id=tmp, no_dist=group_rank() is None)
         except (Exception, CheckpointException) as exc:
-            if main:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError(f"Saving checkpoint {target} failed: {_first_line(exc)}") from exc
+            raise failed(exc) from exc
         on_main_rank(publish, f"save checkpoint {target}")
         return None
     state_dict = _host_copies(state_dict)  # DCP's stager copies storages, which lazy (XLA) tensors lack
@@ -97,12 +102,14 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
     def finish(write: Future[Any]) -> None:
         try:
             write.result()
+        except (Exception, CheckpointException) as exc:
+            done.set_exception(failed(exc))
+            return
+        try:
             if main:
                 publish()
-        except (Exception, CheckpointException) as exc:
-            if main:
-                shutil.rmtree(tmp, ignore_errors=True)
-            done.set_exception(CheckpointError(f"Saving checkpoint {target} failed: {_first_line(exc)}"))
+        except Exception as exc:
+            done.set_exception(exc)
         else:
             done.set_result(target)
 
@@ -119,11 +126,16 @@ def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
     from torch.distributed.checkpoint import state_dict_loader as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from anydevice.shims.saving import group_rank
+    from anydevice.saving import group_rank
 
     path = Path(directory)
     if not path.exists():
         raise CheckpointError(f"No checkpoint at {path}.", "Check the path; ad.checkpoint.save writes a directory.")
+    if not path.is_dir():
+        raise CheckpointError(
+            f"{path} is a file, not a checkpoint directory.",
+            "ad.checkpoint.load reads what ad.checkpoint.save wrote; a single file from ad.save loads with ad.load.",
+        )
     if not is_complete(path):
         raise CheckpointError(
             f"{path} is not a complete checkpoint (it has no {METADATA}).",
@@ -210,35 +222,66 @@ def _host_copies(state_dict: dict[str, Any]) -> dict[str, Any]:
     return cast("dict[str, Any]", tree_map_only(torch.Tensor, host, state_dict))
 
 
-def _shared_temp(target: Path) -> Path:
-    """The temporary directory every rank writes into: rank 0 names it, the others learn it."""
+class _Job:
+    """Rank 0's side of a save: the opened parent directory and the locked temporary checkpoint in it."""
+
+    def __init__(self, target: Path) -> None:
+        from anydevice.publish import DirectoryWrite, directory_problem, refuse_directory, remove_stale_temps
+        from anydevice.safe_place import open_place, save_error
+
+        try:
+            self.place = open_place(target)
+        except OSError as exc:
+            raise save_error(target, exc) from None
+        try:
+            problem = directory_problem(self.place)
+            if problem is not None:
+                raise refuse_directory(self.place, problem)
+            remove_stale_temps(self.place)
+            self.write = DirectoryWrite(self.place)
+        except BaseException:
+            self.place.close()
+            raise
+
+    @property
+    def path(self) -> Path:
+        return Path(self.write.path)
+
+    def publish(self) -> None:
+        try:
+            self.write.publish()
+        finally:
+            self.place.close()
+
+    def abandon(self) -> None:
+        if self.place.fd >= 0:
+            self.write.abandon()
+            self.place.close()
+            self.place.fd = -1
+
+
+def _begin(target: Path) -> _Job | BaseException:
+    try:
+        return _Job(target)
+    except Exception as exc:  # given to every rank by _shared_temp, then raised
+        return exc
+
+
+def _shared_temp(job: _Job | BaseException | None) -> Path:
+    """The temporary directory every rank writes into: rank 0 makes it, the others learn it (or rank 0's error)."""
     import torch.distributed as dist
 
-    from anydevice.shims.saving import group_rank, temp_path
+    from anydevice.saving import group_rank
 
     rank = group_rank()
-    names = [temp_path(target).name if rank in (None, 0) else ""]
+    message = [str(job.path) if isinstance(job, _Job) else "", str(job) if isinstance(job, BaseException) else ""]
     if rank is not None and dist.get_world_size() > 1:
-        dist.broadcast_object_list(names, src=0)
-    return target.parent / names[0]
-
-
-def _publish(tmp: Path, target: Path) -> None:
-    """Rename the finished ``tmp`` to ``target``, replacing an older ``target``."""
-    from anydevice.shims.saving import temp_path
-
-    if not is_complete(tmp):
-        raise CheckpointError(f"The checkpoint written to {tmp} has no {METADATA}; {target} was left as it was.")
-    old = None
-    if target.exists() or target.is_symlink():
-        old = temp_path(target)
-        os.replace(target, old)
-    os.replace(tmp, target)
-    if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
+        dist.broadcast_object_list(message, src=0)
+    if isinstance(job, BaseException):
+        raise job
+    if message[1]:
+        raise CheckpointError(f"Rank 0 could not start the checkpoint save: {message[1].splitlines()[0]}")
+    return Path(message[0])
 
 
 def _quiet_dcp_noise() -> None:
@@ -259,6 +302,24 @@ def _first_line(exc: BaseException) -> str:
     if isinstance(failures, dict) and failures:
         rank, (error, _) = sorted(failures.items(), key=lambda item: item[0])[0]
         where = f" (rank {rank})" if len(failures) > 1 or rank != 0 else ""
-        return f"{type(error).__name__}: {_first_line(error)}{where}"
+        kind = "" if _os_error_in(error) is not None else f"{type(error).__name__}: "
+        return f"{kind}{_first_line(error)}{where}"
+    cause = _os_error_in(exc)
+    if cause is not None:  # torch reports a failed write as "enforce fail ... unexpected pos"; the OSError says why
+        from anydevice.safe_place import os_cause
+
+        return os_cause(cause)
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    """The first ``OSError`` with an errno in ``exc``'s chain of causes and contexts (``exc`` itself included)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.errno:
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None

@@ -325,5 +325,9 @@ def device_module() -> Any:
     :class:`~anydevice.errors.UnsupportedDeviceFunctionError`. The same object is returned on every call.
     """
     from anydevice.backend import current
+    from anydevice.shims.contracts import CudaShaped
 
-    return current().shims.placement.device_module()
+    shim = current().shims.capability(CudaShaped)  # an optional capability of the plugin's shims
+    if shim is None:
+        raise UnsupportedDeviceFunctionError("device_module", current().name, "its plugin offers no torch.cuda-shaped module")
+    return shim.device_module()

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from anydevice.settings import Setting
 from anydevice.versions import PairRule
 
 if TYPE_CHECKING:
@@ -55,8 +56,30 @@ class Detection:
 
 
 @dataclass(frozen=True)
+class Hardware:
+    """Facts about a device's physical hardware that other subsystems ask for (a ``DeviceSpec`` section).
+
+    :param pjrt_names: ``PJRT_DEVICE`` values that mean this hardware (``TPU``; ``CUDA`` and ``GPU``);
+        the ``xla`` device finds the hardware behind ``PJRT_DEVICE`` by them.
+    :param scan: cheap scan for the chips or device nodes, needing no package and importing nothing;
+        one entry per chip or node found.
+    :param ray_resource: the Ray resource one worker asks for (``GPU``, ``TPU``), or a function deciding
+        it at launch time (``anydevice.integrations.ray``); None: a worker needs only a CPU.
+    :param host: the device is the host CPU: its ranks share the cores, so ``anydevice run -n`` bounds
+        them per core rather than one per device.
+    """
+
+    pjrt_names: tuple[str, ...] = ()
+    scan: Callable[[], list[str]] | None = None
+    ray_resource: str | Callable[[], str | None] | None = None
+    host: bool = False
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
-    """A device a plugin provides.
+    """A device a plugin provides: its identity, its detection and how it is loaded.
+
+    Required: ``name``, ``detect`` and ``load``; everything else has a default.
 
     :param name: the selection name (``ANYDEVICE=name``), lower case.
     :param detect: cheap check; must not import the vendor library where that can be avoided.
@@ -64,26 +87,20 @@ class DeviceSpec:
     :param priority: ``auto`` picks the available device with the highest priority (cpu is 0).
     :param aliases: other names that select this device (``gpu`` for cuda).
     :param vendor_package: the Python distribution the device needs (for versions and doctor).
-    :param description: one line for ``anydevice list``.
     :param verified_on_hardware: False when the plugin was only tested against a simulated vendor module.
     :param prepare_environment: sets variables the vendor reads at import; called before ``load``.
     :param autoload_module: the package torch's ``torch.backends`` autoload imports for this device.
-    :param unsupported: features the plugin declares it does not support: compatibility-matrix probe
-        name -> one sentence saying why. Every probe not listed is claimed supported; the matrix sets
-        each claim against what the probe observed.
     :param vendor_modules: top-level modules the device imports once selected (``info`` and ``doctor``
         report which of them a process has imported).
     :param paired_packages: distributions whose version must pair with torch's -> the rule
         (``lockstep`` or ``requires_dist``), or a function of the installed version giving the rule
         (for a package whose versioning changed); ``doctor`` checks each before anything is imported.
-    :param pjrt_names: ``PJRT_DEVICE`` values that mean this device's hardware (``TPU``; ``CUDA`` and ``GPU``).
-    :param find_hardware: cheap scan for the device's chips or device nodes, needing no package and
-        importing nothing; returns one entry per chip or node found. Other plugins use it through the
-        registry (the ``xla`` device checks the hardware behind ``PJRT_DEVICE`` with it).
-    :param ray_resource: the Ray resource one worker of this device asks for (``GPU``, ``TPU``), or a
-        function that decides at launch time; None: a worker needs only a CPU.
-    :param environment: variables that steer the device, which ``doctor`` judges through the plugin's
-        ``anydevice_doctor_checks`` hook (listed on its summary line when none conflicts).
+    :param settings: the environment variables the device reads (``anydevice.settings.Setting``): listed
+        in the README's table beside core's, reported by ``doctor`` and judged by the plugin's
+        ``anydevice_doctor_checks`` hook.
+    :param unsupported: features the plugin declares it does not support, for the compatibility matrix:
+        probe name -> one sentence saying why. Every probe not listed is claimed supported.
+    :param hardware: the :class:`Hardware` section (PJRT names, hardware scan, Ray resource), or None.
     """
 
     name: str
@@ -92,28 +109,26 @@ class DeviceSpec:
     priority: int = 0
     aliases: tuple[str, ...] = ()
     vendor_package: str | None = None
-    description: str = ""
     verified_on_hardware: bool = True
     prepare_environment: Callable[[], None] | None = None
     """Optional: set environment variables the vendor reads at import (called before ``load``)."""
     autoload_module: str | None = None
     """The module torch's backend autoload would import for this device (``torch_tpu``), if any."""
-    unsupported: Mapping[str, str] = field(default_factory=dict)
-    """Probe name -> why the plugin does not support it (what the matrix expects to fail or skip)."""
     vendor_modules: tuple[str, ...] = ()
     """Top-level modules the device imports once selected (``torch_xla``); reported by ``info``/``doctor``."""
     paired_packages: Mapping[str, PairRule | Callable[[str], PairRule]] = field(default_factory=dict)
     """Distribution -> how its version must pair with torch's (or version -> rule); ``doctor`` checks each one."""
-    pjrt_names: tuple[str, ...] = ()
-    """``PJRT_DEVICE`` values that name this device's hardware."""
-    find_hardware: Callable[[], list[str]] | None = None
-    """Cheap hardware scan (no package needed, nothing imported): one entry per chip or device node."""
-    ray_resource: str | Callable[[], str | None] | None = None
-    """The Ray resource one worker asks for, or a function deciding it at launch; None: CPU only."""
-    environment: tuple[str, ...] = ()
-    """Variables that steer the device; the plugin's ``anydevice_doctor_checks`` hook judges them."""
-    processes_per_core: int | None = None
-    """``anydevice run -n`` bound for host-like devices (cpu): this many per CPU core. None: one per device."""
+    settings: tuple[Setting, ...] = ()
+    """Environment variables the device reads; the README table and ``doctor`` list them."""
+    unsupported: Mapping[str, str] = field(default_factory=dict)
+    """Probe name -> why the plugin does not support it (what the matrix expects to fail or skip)."""
+    hardware: Hardware | None = None
+    """Hardware facts other subsystems ask for (PJRT names, a cheap scan, the Ray resource)."""
+
+    @property
+    def environment(self) -> tuple[str, ...]:
+        """The names of :attr:`settings` (what ``doctor`` reports and the plugin's checks judge)."""
+        return tuple(s.name for s in self.settings)
 
 
 # -- validation of third-party declarations -------------------------------------------------------

@@ -10,7 +10,8 @@ without its vendor library. It implements one or more of these hooks with ``@hoo
     def anydevice_register_devices(register):
         register(DeviceSpec(name="mychip", detect=detect, load=load, priority=50))
 
-The contract is versioned by :data:`CONTRACT_VERSION`; a change that breaks plugins bumps it.
+The shims a device returns from ``load`` are in ``anydevice.shims.contracts``; docs/architecture.md
+lists what a plugin must and may provide.
 """
 
 from __future__ import annotations
@@ -23,20 +24,23 @@ import pluggy
 if TYPE_CHECKING:
     from anydevice.device_spec import DeviceSpec
     from anydevice.diagnosis import Check, DoctorContext
+    from anydevice.registry import Registry
 
 PROJECT: Final = "anydevice"
-CONTRACT_VERSION: Final = 1
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
+def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry: Registry) -> None:
     """Declare the devices this plugin provides.
 
     :param register: call it once per device with a :class:`~anydevice.device_spec.DeviceSpec`.
         Registration must be cheap: no vendor import, no hardware probing (that is ``detect``'s job).
+    :param registry: optional (leave it out of the signature unless needed): the registry being loaded,
+        for a device that builds on what other devices declare (the ``xla`` device reads their
+        ``DeviceSpec.hardware``). Read it from ``detect``/``load``, not while registering.
     """
 
 
@@ -50,7 +54,7 @@ def anydevice_register_probes(register: Callable[[Any], None]) -> None:
 
 @hookspec
 def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
-    """Judge the settings this plugin's devices read (``DeviceSpec.environment``), for ``anydevice doctor``.
+    """Judge the settings this plugin's devices read (``DeviceSpec.settings``), for ``anydevice doctor``.
 
     :param context: the registry and the user's selection (:class:`~anydevice.diagnosis.DoctorContext`).
     :returns: one :class:`~anydevice.diagnosis.Check` per variable that is set (none when unset): ``fail``

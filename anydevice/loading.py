@@ -1,6 +1,9 @@
 """``ad.load``: ``torch.load`` whose failures name the file and say what is wrong with it.
 
-An empty, truncated or garbage file raises :class:`~anydevice.errors.CheckpointError` saying so;
+Before unpickling, the CRC-32 that ``torch.save`` stores for every member of its zip archive is
+checked (:func:`verify_archive`), so a bit flip in the data or a file cut short is reported as such
+instead of loading wrong numbers. An empty, truncated or garbage file raises
+:class:`~anydevice.errors.CheckpointError` saying so;
 a file holding objects a weights-only load refuses says which, and never suggests turning the
 safe load off (the right advice for a file you did not write is not to unpickle it).
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import stat
 import warnings
 import zipfile
 from pathlib import Path
@@ -32,6 +36,7 @@ def load_file(path: Path, map_location: str | torch.device = "cpu", weights_only
             f"Checkpoint {path} is empty (0 bytes): it was never written completely.",
             "Load an older checkpoint, or save it again.",
         )
+    verify_archive(path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -43,6 +48,41 @@ def load_file(path: Path, map_location: str | torch.device = "cpu", weights_only
     for warning in caught:  # the load worked: pass its warnings on
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return result
+
+
+def verify_archive(path: Path) -> None:
+    """Check every member's CRC-32 in a ``torch.save`` zip archive; raise :class:`CheckpointError` naming the damage.
+
+    Files that are not zip archives (torch's legacy format, garbage) are left to ``torch.load``.
+    Missing or unreadable files raise the OS error, which names them.
+    """
+    st = path.stat()
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):  # a FIFO or a device would block or never end
+        raise CheckpointError(f"Checkpoint {path} is not a regular file.", "Give the path of a file ad.save wrote.")
+    if stat.S_ISDIR(st.st_mode):
+        raise CheckpointError(
+            f"Checkpoint {path} is a directory; ad.load reads one file that ad.save wrote.",
+            "For a directory checkpoint (ad.checkpoint.save), use ad.checkpoint.load.",
+        )
+    with open(path, "rb") as handle:
+        if handle.read(4) != b"PK\x03\x04":
+            return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except zipfile.BadZipFile as exc:
+        cut = "not a zip file" in str(exc)  # no end-of-archive record: the tail is missing
+        reason = "truncated: the end of the archive is missing" if cut else f"corrupt: {exc}"
+        raise CheckpointError(f"Checkpoint {path} is corrupt or truncated ({reason}).", _AGAIN) from None
+    except (EOFError, ValueError, OSError) as exc:
+        raise CheckpointError(f"Checkpoint {path} is corrupt or truncated ({type(exc).__name__}: {exc}).", _AGAIN) from None
+    if bad is not None:
+        raise CheckpointError(
+            f"Checkpoint {path} is corrupt or truncated (corrupt: member {bad} fails its CRC-32 check).", _AGAIN
+        )
+
+
+_AGAIN = "Load an older checkpoint, or save it again."
 
 
 def _classify(path: Path, exc: Exception) -> Exception:

@@ -175,7 +175,8 @@ class Registry:
                 continue
             declared: list[object] = []
             try:
-                guard.call(functools.partial(impl.function, register=declared.append), self.deadline, f"register-{name}")
+                wants = {"registry": self} if "registry" in impl.argnames else {}  # hookspecs: optional argument
+                guard.call(functools.partial(impl.function, register=declared.append, **wants), self.deadline, f"register-{name}")
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:

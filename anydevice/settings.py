@@ -1,8 +1,10 @@
 """Every environment variable anydevice reads, in one place.
 
-Each variable is a :class:`Setting`; read it with ``SETTING.get()``. The README's
-"Environment variables" table is checked against :data:`ALL` by the tests, so a new
-variable cannot go undocumented.
+Each variable is a :class:`Setting`; read it with ``SETTING.get()``. A vendor's variables
+(``PJRT_DEVICE``, ``CUDA_VISIBLE_DEVICES``, ...) are declared by the plugin that reads them
+(``DeviceSpec.settings``). The README's "Environment variables" table is checked against
+:data:`ALL` and every built-in plugin's settings by the tests, so a new variable cannot go
+undocumented.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -99,12 +102,6 @@ OMP_NUM_THREADS: Final = Setting(
     "node and it is unset (as torchrun does).",
     owner="OpenMP",
 )
-PJRT_DEVICE: Final = Setting(
-    "PJRT_DEVICE",
-    "torch_xla's runtime device (CPU, TPU, CUDA, NEURON). anydevice sets it from the selection when "
-    "unset and respects it when set.",
-    owner="torch_xla",
-)
 TORCH_DEVICE_BACKEND_AUTOLOAD: Final = Setting(
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
     "torch's out-of-tree backend autoload (`0` disables it). `anydevice run` and the CLI set it to 0 "
@@ -114,22 +111,6 @@ TORCH_DEVICE_BACKEND_AUTOLOAD: Final = Setting(
     owner="torch",
 )
 
-CUDA_VISIBLE_DEVICES: Final = Setting(
-    "CUDA_VISIBLE_DEVICES",
-    'Which NVIDIA/AMD GPUs the process sees; `""`, `-1`, `none` or `NoDevFiles` hides every GPU. `anydevice doctor` reports it.',
-    owner="CUDA",
-)
-NEURON_RT_VISIBLE_CORES: Final = Setting(
-    "NEURON_RT_VISIBLE_CORES",
-    "Which NeuronCores the Neuron runtime uses (`0`, `0-3`, `0,2`); launchers set it per rank. "
-    "`anydevice doctor` checks its syntax and that it agrees with NEURON_RT_NUM_CORES.",
-    owner="Neuron runtime",
-)
-NEURON_RT_NUM_CORES: Final = Setting(
-    "NEURON_RT_NUM_CORES",
-    "How many NeuronCores the Neuron runtime takes; must match NEURON_RT_VISIBLE_CORES when both are set.",
-    owner="Neuron runtime",
-)
 CXX: Final = Setting(
     "CXX",
     "The C++ compiler torch.compile's inductor backend uses on CPU (default `g++`; `clang++` on macOS). "
@@ -137,18 +118,6 @@ CXX: Final = Setting(
     owner="torch inductor",
 )
 
-TORCH_NEURONX_NEFF_CACHE_DIR: Final = Setting(
-    "TORCH_NEURONX_NEFF_CACHE_DIR",
-    "Where native TorchNeuron (torch-neuronx 2.14+) caches compiled NEFFs; anydevice sets it under "
-    "ANYDEVICE_CACHE_DIR (`neuron-neff/`) when unset.",
-    owner="torch-neuronx",
-)
-NEURON_CC_FLAGS: Final = Setting(
-    "NEURON_CC_FLAGS",
-    "Flags for neuronx-cc on XLA-based torch-neuronx (< 2.14); anydevice appends `--cache_dir=` under "
-    "ANYDEVICE_CACHE_DIR (`neuron-cc/`) unless the flags already name one.",
-    owner="torch-neuronx",
-)
 
 ALL: Final[tuple[Setting, ...]] = tuple(v for v in globals().values() if isinstance(v, Setting))
 
@@ -242,10 +211,19 @@ def allowed_plugins() -> frozenset[str] | None:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
 
 
-def markdown_table() -> str:
-    """The README's table of every variable (kept current by ``scripts/update-readme``)."""
+def builtin_plugin_settings() -> tuple[Setting, ...]:
+    """The settings the built-in plugins' devices declare (``DeviceSpec.settings``), for the README table."""
+    from anydevice.registry import Registry  # imported here: loading plugins is not a settings read
+
+    registry = Registry()
+    return tuple(s for n in registry.names() if registry.get(n).builtin for s in registry.get(n).spec.settings)
+
+
+def markdown_table(more: Iterable[Setting] = ()) -> str:
+    """The README's table of :data:`ALL` and ``more`` (the plugins' ``DeviceSpec.settings``); ``scripts/update-readme``."""
     rows = ["| variable | owner | meaning |", "|---|---|---|"]
-    for s in sorted(ALL, key=lambda s: (s.owner != "anydevice", s.name)):
+    unique = {s.name: s for s in (*ALL, *more)}.values()
+    for s in sorted(unique, key=lambda s: (s.owner != "anydevice", s.name)):
         default = f" Default: `{s.default}`." if s.default else ""
         rows.append(f"| `{s.name}` | {s.owner} | {s.doc}{default} |")
     return "\n".join(rows)

@@ -29,8 +29,10 @@ _OK = (Status.PASS, Status.FALLBACK)
 
 
 def fallback_counter(backend: Backend) -> Callable[[], dict[str, int]]:
-    """Per-op CPU-fallback counts from the placement shim's ``fallback_ops()`` (declared in the contract)."""
-    counter = backend.shims.placement.fallback_ops
+    """Per-op CPU-fallback counts from the optional ``Diagnostics`` capability (none: no counts)."""
+    from anydevice.shims.contracts import Diagnostics
+
+    counter = (backend.shims.capability(Diagnostics) or Diagnostics()).fallback_ops
 
     def read() -> dict[str, int]:
         try:

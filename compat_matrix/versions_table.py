@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
 
 from anydevice.compat_matrix.merge import Column, Matrix
 
@@ -58,23 +57,20 @@ def _builtin_devices() -> list[tuple[str, str, str | None, object]]:
         dist = metadata.distribution("anydevice")
     except metadata.PackageNotFoundError:
         return []
-    found: list[tuple[str, str, str | None, object]] = []
+    from anydevice.registry import Registry
+
+    modules = []
     for ep in sorted((e for e in dist.entry_points if e.group == "anydevice"), key=lambda e: e.name):
         try:
-            module = ep.load()
-            hook = module.anydevice_register_devices
+            modules.append((ep.name, ep.load(), "anydevice"))
         except Exception:  # a plugin that cannot load is the registry's to report, not the page's
             continue
-        specs: list[Any] = []
-        try:
-            hook(register=specs.append)
-        except Exception:
-            continue
-        found += [
-            (ep.name, str(spec.name), spec.vendor_package, dict(spec.paired_packages).get(spec.vendor_package or ""))
-            for spec in specs
-        ]
-    return found
+    registry = Registry(plugins=modules)  # the built-in plugins only, whatever ANYDEVICE_PLUGINS says
+    entries = sorted((registry.get(name) for name in registry.names()), key=lambda e: (e.plugin, e.spec.name))
+    return [
+        (e.plugin, e.spec.name, e.spec.vendor_package, dict(e.spec.paired_packages).get(e.spec.vendor_package or ""))
+        for e in entries
+    ]
 
 
 def plugin_versions(matrix: Matrix, builtin: Iterable[tuple[str, str, str | None, object]] | None = None) -> list[PluginVersions]:

@@ -7,7 +7,7 @@ import platform
 from collections.abc import Callable
 from pathlib import Path
 
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Hardware
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
 
@@ -28,7 +28,7 @@ def detect() -> Detection:
 
 
 def load() -> Shims:
-    from anydevice.shims.eager import EAGER_FRAMEWORK_ENV, EagerVendor, eager_shims
+    from anydevice.shims.eager import EagerVendor, eager_shims
 
     return eager_shims(
         EagerVendor(
@@ -39,8 +39,6 @@ def load() -> Shims:
             chip=chip,
             peak_tflops={},  # no trustworthy per-model CPU peak: MFU stays unknown
             no_memory_stats_reason="torch's CPU allocator keeps no statistics",
-            # Accelerate/Trainer: the CPU, and a gloo group under a launcher (else each rank runs alone).
-            framework_env={**EAGER_FRAMEWORK_ENV, "ACCELERATE_USE_CPU": "1"},
         )
     )
 
@@ -53,8 +51,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             detect=detect,
             load=load,
             priority=0,
-            description="host CPU (always available)",
-            pjrt_names=("CPU",),
-            processes_per_core=4,  # anydevice run -n: oversubscribing a core 4x still tests DDP; more only thrashes
+            hardware=Hardware(pjrt_names=("CPU",), host=True),  # ranks share the cores: `run -n` allows 4 per core
         )
     )

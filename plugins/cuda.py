@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from anydevice import detect as d
-from anydevice import settings
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Hardware
 from anydevice.hookspecs import hookimpl
+from anydevice.settings import Setting
 from anydevice.shims.contracts import Shims
 
 if TYPE_CHECKING:
@@ -43,6 +43,11 @@ _NAME_PATTERNS = (
     ("A100", "A100"),
     ("MI300X", "MI300X"),
 )
+CUDA_VISIBLE_DEVICES = Setting(
+    "CUDA_VISIBLE_DEVICES",
+    'Which NVIDIA/AMD GPUs the process sees; `""`, `-1`, `none` or `NoDevFiles` hides every GPU. `anydevice doctor` reports it.',
+    owner="CUDA",
+)
 INSTALL_CUDA_TORCH = "install a CUDA (or ROCm) build of torch: pip install torch (Linux x86-64 wheels on PyPI include CUDA)"
 
 
@@ -63,7 +68,7 @@ def hides_every_gpu(value: str) -> bool:
 
 
 def _hidden() -> bool:
-    value = os.environ.get(settings.CUDA_VISIBLE_DEVICES.name)  # "" hides every GPU, so no .get() default
+    value = os.environ.get(CUDA_VISIBLE_DEVICES.name)  # "" hides every GPU, so no .get() default
     return value is not None and hides_every_gpu(value)
 
 
@@ -159,11 +164,8 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             load=load,
             priority=80,
             vendor_package="torch",
-            description="NVIDIA CUDA or AMD ROCm GPUs",
-            pjrt_names=("CUDA", "GPU"),
-            find_hardware=gpu_nodes,
-            ray_resource="GPU",
-            environment=(settings.CUDA_VISIBLE_DEVICES.name,),
+            settings=(CUDA_VISIBLE_DEVICES,),
+            hardware=Hardware(pjrt_names=("CUDA", "GPU"), scan=gpu_nodes, ray_resource="GPU"),
         )
     )
 
@@ -173,7 +175,7 @@ def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
     """``CUDA_VISIBLE_DEVICES`` that hides every GPU: fails when cuda is asked for, warns on a GPU machine."""
     from anydevice.diagnosis import Check
 
-    name = settings.CUDA_VISIBLE_DEVICES.name
+    name = CUDA_VISIBLE_DEVICES.name
     value = os.environ.get(name)
     if value is None or not hides_every_gpu(value):
         return []

@@ -73,7 +73,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             detect=detect,
             load=load,
             priority=60,
-            description="Apple-silicon GPU (Metal)",
             # the vendor table above says fsdp=False: wrap(model, "fsdp") raises UnsupportedFeatureError
             unsupported={"fsdp_step": "FSDP2 is not offered on mps (the eager table sets fsdp=False); use wrap(model, 'ddp')."},
         )

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from anydevice import detect as d
 from anydevice import settings, versions
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Hardware
 from anydevice.hookspecs import hookimpl
+from anydevice.settings import Setting
 from anydevice.shims import lazy_xla
 from anydevice.shims.contracts import Shims
-from anydevice.shims.lazy_xla import XlaVendor
+from anydevice.shims.lazy_xla import PJRT_DEVICE, XlaVendor
 
 if TYPE_CHECKING:
     from anydevice.diagnosis import Check, DoctorContext
@@ -40,6 +41,31 @@ INSTANCE_CHIPS = {"trn1": "Trainium1", "trn1n": "Trainium1", "trn2": "Trainium2"
 DMI_PRODUCT = "/sys/devices/virtual/dmi/id/product_name"
 """On EC2 (Nitro) the DMI product name is the instance type, e.g. ``trn1.32xlarge``."""
 NEURON_CORES = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+NEURON_RT_VISIBLE_CORES = Setting(
+    "NEURON_RT_VISIBLE_CORES",
+    "Which NeuronCores the Neuron runtime uses (`0`, `0-3`, `0,2`); launchers set it per rank. "
+    "`anydevice doctor` checks its syntax and that it agrees with NEURON_RT_NUM_CORES.",
+    owner="Neuron runtime",
+)
+NEURON_RT_NUM_CORES = Setting(
+    "NEURON_RT_NUM_CORES",
+    "How many NeuronCores the Neuron runtime takes; must match NEURON_RT_VISIBLE_CORES when both are set.",
+    owner="Neuron runtime",
+)
+TORCH_NEURONX_NEFF_CACHE_DIR = Setting(
+    "TORCH_NEURONX_NEFF_CACHE_DIR",
+    "Where native TorchNeuron (torch-neuronx 2.14+) caches compiled NEFFs; anydevice sets it under "
+    "ANYDEVICE_CACHE_DIR (`neuron-neff/`) when unset.",
+    owner="torch-neuronx",
+)
+NEURON_CC_FLAGS = Setting(
+    "NEURON_CC_FLAGS",
+    "Flags for neuronx-cc on XLA-based torch-neuronx (< 2.14); anydevice appends `--cache_dir=` under "
+    "ANYDEVICE_CACHE_DIR (`neuron-cc/`) unless the flags already name one.",
+    owner="torch-neuronx",
+)
+NEURON_SETTINGS = (NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES, TORCH_NEURONX_NEFF_CACHE_DIR, NEURON_CC_FLAGS, PJRT_DEVICE)
+"""Every variable the device reads (``PJRT_DEVICE``: the XLA-based releases' runtime)."""
 PERFETTO_NTFF = "Neuron Explorer, or Perfetto for the trace.json (device traces are .ntff)"
 
 
@@ -111,7 +137,7 @@ def detect() -> Detection:
 
 def rank_cores(local_rank: int) -> dict[str, str]:
     """One logical NeuronCore per rank: without these every rank grabs all cores."""
-    return {settings.NEURON_RT_VISIBLE_CORES.name: str(local_rank), settings.NEURON_RT_NUM_CORES.name: "1"}
+    return {NEURON_RT_VISIBLE_CORES.name: str(local_rank), NEURON_RT_NUM_CORES.name: "1"}
 
 
 def prepare_environment() -> None:
@@ -122,12 +148,12 @@ def prepare_environment() -> None:
     if local_rank is not None and world is not None and int(world) > 1:  # launched by torchrun, not by us
         env.update(rank_cores(int(local_rank)))
     if version is not None and is_native(version):
-        env[settings.TORCH_NEURONX_NEFF_CACHE_DIR.name] = str(settings.cache_dir("neuron-neff"))
+        env[TORCH_NEURONX_NEFF_CACHE_DIR.name] = str(settings.cache_dir("neuron-neff"))
     else:
         lazy_xla.prepare_environment(xla_vendor())  # PJRT_DEVICE=NEURON, or an error if it names another runtime
-        flags = settings.NEURON_CC_FLAGS.get() or ""
+        flags = NEURON_CC_FLAGS.get() or ""
         if "--cache_dir" not in flags:  # keep the user's flags, add the cache
-            os.environ[settings.NEURON_CC_FLAGS.name] = f"{flags} --cache_dir={settings.cache_dir('neuron-cc')}".strip()
+            os.environ[NEURON_CC_FLAGS.name] = f"{flags} --cache_dir={settings.cache_dir('neuron-cc')}".strip()
     for name, value in env.items():
         os.environ.setdefault(name, value)
 
@@ -165,7 +191,7 @@ def _load_native() -> Shims:
             device_module_first=True,  # the documented calls: torch.neuron.synchronize(), device_count()
             compile_backend="neuron",
             compile_defaults={"dynamic": False},  # dynamic=True is rejected by the neuron backend
-            compile_cache_env=settings.TORCH_NEURONX_NEFF_CACHE_DIR.name,
+            compile_cache_env=TORCH_NEURONX_NEFF_CACHE_DIR.name,
             dist_backend="neuron",
             launch_env=_launch_env,
             profiler_activities=("PrivateUse1",),
@@ -210,14 +236,11 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             priority=85,
             vendor_package=DISTRIBUTION,
             autoload_module="torch_neuronx",
-            description="AWS Trainium / Inferentia (torch-neuronx: native TorchNeuron 2.14+, else XLA)",
             verified_on_hardware=False,
             vendor_modules=("torch_neuronx", "torch_xla"),
             paired_packages={DISTRIBUTION: pair_rule, "torch_xla": "lockstep"},
-            pjrt_names=("NEURON",),
-            find_hardware=neuron_devices,
-            ray_resource="neuron_cores",
-            environment=(settings.NEURON_RT_VISIBLE_CORES.name, settings.NEURON_RT_NUM_CORES.name),
+            settings=NEURON_SETTINGS,
+            hardware=Hardware(pjrt_names=("NEURON",), scan=neuron_devices, ray_resource="neuron_cores"),
         )
     )
 
@@ -227,10 +250,10 @@ def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
     """``NEURON_RT_VISIBLE_CORES``: a core list (``0``, ``0-3``, ``0,2``) that agrees with ``NEURON_RT_NUM_CORES``."""
     from anydevice.diagnosis import Check
 
-    value = settings.NEURON_RT_VISIBLE_CORES.get()
+    value = NEURON_RT_VISIBLE_CORES.get()
     if value is None:
         return []
-    name = settings.NEURON_RT_VISIBLE_CORES.name
+    name = NEURON_RT_VISIBLE_CORES.name
     if not NEURON_CORES.match(value.replace(" ", "")):
         return [Check(name, "fail", f"{name}={value!r} is not a core list", f"write cores as 0, 0-3 or 0,2 (e.g. {name}=0-1)")]
     count = 0
@@ -239,7 +262,7 @@ def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
         if high and int(high) < int(low):
             return [Check(name, "fail", f"{name}={value!r}: the range {part} runs backwards", f"write it as {high}-{low}")]
         count += int(high) - int(low) + 1 if high else 1
-    num_name, num = settings.NEURON_RT_NUM_CORES.name, settings.NEURON_RT_NUM_CORES.get()
+    num_name, num = NEURON_RT_NUM_CORES.name, NEURON_RT_NUM_CORES.get()
     if num is not None and num != str(count):
         fix = f"unset {num_name}, or set {num_name}={count}"
         return [Check(name, "fail", f"{name}={value} names {count} core(s) but {num_name}={num}", fix)]

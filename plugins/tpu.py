@@ -17,7 +17,7 @@ from typing import Any
 
 from anydevice import detect as d
 from anydevice import versions
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Hardware
 from anydevice.errors import DeviceUnavailableError
 from anydevice.hookspecs import hookimpl
 from anydevice.shims import lazy_xla
@@ -95,10 +95,10 @@ def _chip() -> str | None:
 def _profiler_config(directory: Path) -> Any:
     import torch
 
-    from anydevice.shims.common import global_rank
+    from anydevice.distributed import rank
 
     config = torch.tpu.profiler.TpuProfilerConfig  # type: ignore[attr-defined]
-    return config(run_dir=str(directory), worker_rank=str(global_rank()))
+    return config(run_dir=str(directory), worker_rank=str(rank()))
 
 
 @functools.cache
@@ -167,11 +167,9 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             vendor_package="torch_tpu",
             autoload_module="torch_tpu",
             prepare_environment=prepare_environment,
-            description="Google TPU (TorchTPU, else torch_xla)",
             vendor_modules=("torch_tpu", "torch_xla"),
             paired_packages=PAIRED_PACKAGES,
-            pjrt_names=("TPU",),
-            find_hardware=tpu_chips,
-            ray_resource="TPU",
+            settings=(lazy_xla.PJRT_DEVICE,),  # the torch_xla fallback's runtime
+            hardware=Hardware(pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU"),
         )
     )

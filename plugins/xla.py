@@ -8,15 +8,16 @@ compile cache is off (a later process cannot deserialise CPU executables).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from anydevice import detect as d
-from anydevice import settings, versions
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice import versions
+from anydevice.device_spec import Detection, DeviceSpec, Hardware
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
-from anydevice.shims.lazy_xla import PJRT_DEVICES, XlaVendor, requested_pjrt_device, xla_shims
+from anydevice.shims.lazy_xla import PJRT_DEVICE, PJRT_DEVICES, XlaVendor, requested_pjrt_device, xla_shims
 
 if TYPE_CHECKING:
     from anydevice.diagnosis import Check, DoctorContext
@@ -43,36 +44,36 @@ UNSUPPORTED = {
 INSTALL = "pip install torch_xla with the torch of the same major.minor (e.g. torch==2.9.0 torch_xla==2.9.0)"
 
 
-def owner(pjrt: str, registry: Registry | None = None) -> DeviceSpec | None:
-    """The device whose hardware ``PJRT_DEVICE=pjrt`` names (its ``DeviceSpec.pjrt_names``), if installed."""
-    from anydevice.registry import get_registry
+def owner(pjrt: str, registry: Registry) -> tuple[str, Hardware] | None:
+    """The device of ``registry`` whose hardware ``PJRT_DEVICE=pjrt`` names (``Hardware.pjrt_names``), and that section."""
+    for name in registry.names():
+        hardware = registry.get(name).spec.hardware
+        if name != NAME and hardware is not None and pjrt in hardware.pjrt_names:
+            return name, hardware
+    return None
 
-    registry = registry or get_registry()
-    specs = (registry.get(name).spec for name in registry.names())
-    return next((spec for spec in specs if spec.name != NAME and pjrt in spec.pjrt_names), None)
 
-
-def hardware(pjrt: str) -> tuple[bool, str]:
+def hardware_present(pjrt: str, registry: Registry) -> tuple[bool, str]:
     """Whether the PJRT runtime's hardware is present, and what was seen: the owning plugin's cheap scan."""
     if pjrt == HOST:
         return True, "the host CPU"
-    spec = owner(pjrt)
-    if spec is None or spec.find_hardware is None:
+    found_owner = owner(pjrt, registry)
+    if found_owner is None or found_owner[1].scan is None:
         return True, f"{pjrt} hardware not checked (no installed plugin scans for it)"
-    found = spec.find_hardware()
-    seen = f"{len(found)} {pjrt} device(s)" if found else f"no {pjrt} chip (the {spec.name} plugin's hardware scan found none)"
+    device, hardware = found_owner
+    found = hardware.scan() if hardware.scan is not None else []
+    seen = f"{len(found)} {pjrt} device(s)" if found else f"no {pjrt} chip (the {device} plugin's hardware scan found none)"
     return bool(found), seen
 
 
-def ray_resource() -> str | None:
+def ray_resource(registry: Registry) -> str | None:
     """The Ray resource of the hardware behind ``PJRT_DEVICE`` (the owning device's), None on PJRT CPU."""
-    spec = owner(requested_pjrt_device(HOST))
-    if spec is None or spec.ray_resource is None:
-        return None
-    return spec.ray_resource if isinstance(spec.ray_resource, str) else spec.ray_resource()
+    found_owner = owner(requested_pjrt_device(HOST), registry)
+    resource = found_owner[1].ray_resource if found_owner is not None else None
+    return resource() if callable(resource) else resource
 
 
-def detect() -> Detection:
+def detect(registry: Registry) -> Detection:
     pair = versions.check_pair("torch_xla", "lockstep")
     if pair is None:
         return Detection.missing("torch_xla is not installed", INSTALL, "package_missing")
@@ -82,7 +83,7 @@ def detect() -> Detection:
     if pjrt not in PJRT_DEVICES:
         fix = f"set PJRT_DEVICE to one of {', '.join(PJRT_DEVICES)}"
         return Detection.missing(f"PJRT_DEVICE={pjrt} is not a PJRT runtime", fix, "unsupported_platform")
-    present, seen = hardware(pjrt)
+    present, seen = hardware_present(pjrt, registry)
     if not present:
         return Detection.missing(
             f"PJRT_DEVICE={pjrt} is set but this machine has {seen}",
@@ -115,21 +116,20 @@ def load() -> Shims:
 
 
 @hookimpl
-def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
+def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry: Registry) -> None:
     register(
         DeviceSpec(
             name=NAME,
-            detect=detect,
+            detect=functools.partial(detect, registry),  # finds the hardware behind PJRT_DEVICE among registry's devices
             load=load,
             prepare_environment=prepare_environment,
             priority=-10,
             vendor_package="torch_xla",
-            description="any PJRT device via torch_xla (PJRT_DEVICE; CPU when unset)",
             unsupported=UNSUPPORTED,
             vendor_modules=("torch_xla",),
             paired_packages={"torch_xla": "lockstep"},
-            ray_resource=ray_resource,
-            environment=(settings.PJRT_DEVICE.name,),
+            settings=(PJRT_DEVICE,),
+            hardware=Hardware(ray_resource=functools.partial(ray_resource, registry)),
         )
     )
 
@@ -139,8 +139,8 @@ def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
     """``PJRT_DEVICE`` against the selection: it must name the hardware of the device selected (unless xla)."""
     from anydevice.diagnosis import Check
 
-    name = settings.PJRT_DEVICE.name
-    value = (settings.PJRT_DEVICE.get() or "").upper()
+    name = PJRT_DEVICE.name
+    value = (PJRT_DEVICE.get() or "").upper()
     if not value:
         return []
     explicit = bool(context.requested_names)
@@ -149,7 +149,8 @@ def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
         if device == NAME:
             return [Check(name, "ok", f"{name}={value} picks the runtime of the {NAME} device")]
         canonical = context.registry.canonical(device)
-        wanted = context.registry.get(canonical).spec.pjrt_names if canonical else ()
+        hardware = context.registry.get(canonical).spec.hardware if canonical else None
+        wanted = hardware.pjrt_names if hardware is not None else ()
         if wanted and value not in wanted:
             how = f"ANYDEVICE={context.requested} selects {device}" if explicit else f"ANYDEVICE=auto picked {device}"
             return [

@@ -69,6 +69,4 @@ def load() -> Shims:
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(
-        DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70, description="Intel GPUs (torch.xpu)")
-    )
+    register(DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70))

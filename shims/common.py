@@ -1,17 +1,15 @@
-"""Helpers every shim implementation shares: moving nested objects, portable atomic saves, ranks."""
+"""Helpers every shim implementation shares: moving nested objects, prefetching."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
-from anydevice.shims.saving import atomic_write, on_main_rank
+from anydevice.distributed import local_rank as local_rank  # the one rank helper (core's); shims.cuda_redirect imports it here
 
 T = TypeVar("T")
 
@@ -47,39 +45,6 @@ def move(obj: T, device: torch.device, non_blocking: bool = False) -> T:
 def to_cpu(obj: T) -> T:
     """A CPU copy of every tensor in ``obj``; modules are copied, so the caller's stay where they are."""
     return tree_map_tensors(obj, lambda t: t.detach().to("cpu"), lambda m: copy.deepcopy(m).to("cpu"))
-
-
-def global_rank() -> int:
-    """This process's rank: from the process group when initialised, else ``RANK``, else 0."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return int(os.environ.get("RANK", "0") or 0)
-
-
-def local_rank() -> int:
-    """This process's rank on its node (``LOCAL_RANK``), 0 without a launcher."""
-    return int(os.environ.get("LOCAL_RANK", "0") or 0)
-
-
-def atomic_save(obj: Any, path: Path | str, writer: Callable[[Any, Any], None] = torch.save) -> None:
-    """``writer(obj, file)`` (``torch.save``) to a temporary file beside ``path``, fsync, then rename over it.
-
-    A crash mid-write leaves the previous file intact; readers never see a partial file. The file
-    gets the umask's mode, a symlinked ``path`` has its target updated, the directory is fsynced
-    after the rename and stale temporaries of killed saves there are removed (see ``saving``).
-    """
-    atomic_write(path, lambda handle: writer(obj, handle))
-
-
-def portable_save(obj: Any, path: Path | str, device: torch.device | None = None) -> None:
-    """Save ``obj`` with every tensor on CPU, written once (by the main rank) and atomically.
-
-    With a process group up, every rank returns only once rank 0's file is in place (or raises
-    when rank 0 failed); without one, the process writes whatever ``RANK`` says.
-    """
-    on_main_rank(lambda: atomic_save(to_cpu(obj), path), f"save {path}", device)
 
 
 class Prefetcher(Iterable[T]):

@@ -4,14 +4,14 @@ Every plugin that runs on torch_xla (``xla``, ``tpu``'s torch_xla fallback, ``ne
 torch-neuronx 2.14) describes its device with an :class:`XlaVendor` table and calls, in order:
 
 1. :func:`prepare_environment` (from its ``DeviceSpec.prepare_environment``): sets
-   ``PJRT_DEVICE`` when the user did not, refuses a conflicting one, and sets the vendor's
-   compiler-cache variable. Imports neither torch nor torch_xla.
+   ``PJRT_DEVICE`` when the user did not and refuses a conflicting one. Imports neither torch
+   nor torch_xla.
 2. :func:`xla_shims` (from its ``DeviceSpec.load``): runs the version preflight (torch_xla x.y
    must pair with torch x.y) *before* importing torch_xla, then returns the four shims.
 
 What the shims do: the device is ``torch_xla.device()``; ``ad.step()`` is ``torch_xla.sync()``;
 ``ad.synchronize()`` waits for the launched graphs; data loaders are wrapped in
-``MpDeviceLoader``; ``ad.save`` moves everything to CPU in one batched transfer (``xm.save``)
+``MpDeviceLoader``; ``ad.save`` gets every tensor on CPU in one batched transfer (``to_host``, as ``xm.save``)
 and writes once, atomically, on global rank 0; autocast is bf16; compile is
 ``torch.compile(backend="openxla", dynamic=False)`` with torch_xla's persistent cache
 (``xr.initialize_cache``) under ``ANYDEVICE_CACHE_DIR/xla/<pjrt>``; the process group is
@@ -27,23 +27,38 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from anydevice import settings
 from anydevice.errors import DeviceUnavailableError, UnsupportedFeatureError, VersionMismatchError
+from anydevice.settings import Setting
 from anydevice.shims import compile_options
-from anydevice.shims.contracts import MemoryStats, Shims
+from anydevice.shims.contracts import (
+    Collectives,
+    Compilation,
+    CudaShaped,
+    Diagnostics,
+    HostTransfer,
+    MemoryStats,
+    Placement,
+    Shims,
+)
 from anydevice.shims.recompiles import RecompileWatch
 
 if TYPE_CHECKING:
     import torch
 
-    from anydevice.cli.launch import LaunchSpec
-
 T = TypeVar("T")
+
+PJRT_DEVICE: Final = Setting(
+    "PJRT_DEVICE",
+    "torch_xla's runtime device (CPU, TPU, CUDA, NEURON). anydevice sets it from the selection when "
+    "unset and respects it when set.",
+    owner="torch_xla",
+)
+"""Declared by every plugin that runs on torch_xla (``DeviceSpec.settings``)."""
 
 PJRT_DEVICES = ("CPU", "TPU", "CUDA", "NEURON")
 """PJRT runtimes torch_xla 2.9 can select with ``PJRT_DEVICE``."""
@@ -66,14 +81,11 @@ class XlaVendor:
     :param peak_tflops: dense bf16 TFLOP/s per chip name; a chip not in it has no peak (MFU unknown).
     :param persistent_cache: use torch_xla's persistent compilation cache (``xr.initialize_cache``).
         Off on PJRT CPU, whose executables cannot be deserialised by a later process.
-    :param compile_cache_env: a variable the vendor's compiler reads for its own cache directory
-        (``NEURON_COMPILE_CACHE_URL``); set before import to ``ANYDEVICE_CACHE_DIR/<name>`` unless set.
     :param launcher: how ``anydevice run`` starts N processes.
     :param launch_env: extra variables a launcher sets for one local rank (visible cores, ...).
     :param multiprocess: False where several processes cannot share the runtime (PJRT CPU).
     :param lockstep: packages whose x.y must equal torch's x.y, checked before any is imported.
     :param versions: more versions to report (``libtpu``, ``torch-neuronx``).
-    :param setup: called after torch_xla is imported, before the shims are built (vendor imports).
     """
 
     name: str
@@ -81,18 +93,16 @@ class XlaVendor:
     chip: Callable[[], str | None] = lambda: None
     peak_tflops: Mapping[str, float] = field(default_factory=dict)
     persistent_cache: bool = True
-    compile_cache_env: str | None = None
     launcher: str = "torchrun"
     launch_env: Callable[[int, int], dict[str, str]] = _no_launch_env
     multiprocess: bool = True
     lockstep: tuple[str, ...] = ("torch_xla",)
     versions: Callable[[], dict[str, str]] = lambda: {}
-    setup: Callable[[], None] | None = None
 
 
 def requested_pjrt_device(default: str = "CPU") -> str:
     """The PJRT runtime the user asked for with ``PJRT_DEVICE`` (upper case), else ``default``."""
-    return (settings.PJRT_DEVICE.get() or default).upper()
+    return (PJRT_DEVICE.get() or default).upper()
 
 
 def preflight(vendor: XlaVendor) -> None:
@@ -138,9 +148,9 @@ def prepare_environment(vendor: XlaVendor) -> None:
             f"Set PJRT_DEVICE to one of {', '.join(PJRT_DEVICES)}.",
             problem="unsupported_platform",
         )
-    have = settings.PJRT_DEVICE.get()
+    have = PJRT_DEVICE.get()
     if have is None or have.upper() == want:
-        os.environ[settings.PJRT_DEVICE.name] = want  # unset, or another case: torch_xla only knows upper case
+        os.environ[PJRT_DEVICE.name] = want  # unset, or another case: torch_xla only knows upper case
     else:
         raise DeviceUnavailableError(
             vendor.name,
@@ -149,9 +159,6 @@ def prepare_environment(vendor: XlaVendor) -> None:
             "(ANYDEVICE=xla runs any PJRT device).",
             problem="disabled",
         )
-    env = vendor.compile_cache_env
-    if env and not os.environ.get(env):
-        os.environ[env] = str(settings.writable_cache_dir(vendor.name))
 
 
 def _single_process_error(vendor: XlaVendor, processes: int) -> UnsupportedFeatureError:
@@ -162,12 +169,13 @@ def _single_process_error(vendor: XlaVendor, processes: int) -> UnsupportedFeatu
     )
 
 
-class XlaPlacement:
+class XlaPlacement(Placement, Diagnostics, CudaShaped, HostTransfer):
     """Placement on a lazy XLA device: ops are traced until ``step()`` cuts and launches the graph."""
 
-    device_type = "xla"
+    lazy = True
 
     def __init__(self, vendor: XlaVendor) -> None:
+        super().__init__("xla")
         self.vendor = vendor
         self.recompiles = RecompileWatch(vendor.name)
         self._device_module: Any = None
@@ -220,16 +228,6 @@ class XlaPlacement:
         torch.manual_seed(seed)
         torch_xla.manual_seed(seed)
 
-    def autocast_dtype(self) -> torch.dtype:
-        import torch
-
-        return torch.bfloat16
-
-    def autocast(self, dtype: torch.dtype | None = None, enabled: bool = True) -> AbstractContextManager[Any]:
-        import torch
-
-        return torch.autocast("xla", dtype=dtype or self.autocast_dtype(), enabled=enabled)
-
     def memory_stats(self) -> MemoryStats:
         import torch_xla.core.xla_model as xm
 
@@ -246,24 +244,17 @@ class XlaPlacement:
 
         return pl.MpDeviceLoader(loader, self.device())  # type: ignore[no-any-return]
 
-    def save(self, obj: Any, path: Path) -> None:
-        """``xm.save`` (one batched transfer to CPU) into a temporary file, then an atomic rename; main rank only.
-
-        The main rank is rank 0 of the process group when one is up (every rank then returns once
-        the file is in place), else ordinal 0 of a multi-process XLA runtime, else this process.
-        """
+    def to_host(self, obj: T) -> T:
+        """Every XLA tensor in ``obj`` synced in one graph and copied to the CPU in one batched transfer."""
         import torch_xla.core.xla_model as xm
+
+        return xm._maybe_convert_to_cpu(obj)  # type: ignore[no-any-return]  # what xm.save does before torch.save
+
+    def is_writer(self) -> bool:
+        """Without a process group, only ordinal 0 of a multi-process XLA runtime writes."""
         import torch_xla.runtime as xr
 
-        from anydevice.shims.saving import atomic_write, group_rank, on_main_rank
-
-        if group_rank() is None and xr.world_size() > 1 and xr.global_ordinal() != 0:
-            return
-
-        def write() -> None:
-            atomic_write(path, lambda handle: xm.save(obj, handle, master_only=False))
-
-        on_main_rank(write, f"save {path}", self.device())
+        return bool(xr.world_size() <= 1 or xr.global_ordinal() == 0)
 
     def compilations(self) -> int:
         """Graphs compiled since the device was selected (counted at each ``ad.step()``)."""
@@ -288,19 +279,19 @@ class XlaPlacement:
         return torch.Generator().manual_seed(int(seed))
 
 
-class XlaCompilation:
+class XlaCompilation(Compilation):
     """``torch.compile(backend="openxla", dynamic=False)``; torch_xla's persistent cache where it works."""
 
     backend = "openxla"
 
     def __init__(self, vendor: XlaVendor) -> None:
+        super().__init__("xla")
         self.vendor = vendor
 
     def cache_dir(self) -> Path | None:
         if self.vendor.persistent_cache:
             return settings.writable_cache_dir("xla", self.vendor.pjrt_device.lower())
-        env = self.vendor.compile_cache_env
-        return Path(os.environ[env]) if env and os.environ.get(env) else None
+        return None
 
     def initialize_cache(self) -> None:
         """Point torch_xla's persistent cache at :meth:`cache_dir` (before the first computation)."""
@@ -329,22 +320,18 @@ class XlaCompilation:
         return torch.compile(model, **kwargs)  # type: ignore[call-overload, no-any-return]
 
 
-class XlaCollectives:
+class XlaCollectives(Collectives):
     """Process group ``xla`` over ``xla://``; DDP with gradients as bucket views; no FSDP2."""
 
     backend = "xla"
     init_method = "xla://"
-    mesh_device_type = "xla"
     lacking_reduce_ops = frozenset({"AVG"})  # torch_xla's process group rejects ReduceOp.AVG
+    fsdp = False
 
-    def __init__(self, vendor: XlaVendor) -> None:
+    def __init__(self, vendor: XlaVendor, placement: XlaPlacement) -> None:
+        super().__init__(placement)
         self.vendor = vendor
         self.launcher = vendor.launcher
-
-    def launch(self, spec: LaunchSpec) -> int:
-        from anydevice.cli.launch import registered_launcher
-
-        return registered_launcher(self.launcher)(spec)
 
     def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
         if local_world_size > 1 and not self.vendor.multiprocess:
@@ -354,16 +341,14 @@ class XlaCollectives:
     def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
         from anydevice.shims import parallel
 
-        if strategy == "ddp":
-            options.setdefault("gradient_as_bucket_view", True)
-            return parallel.ddp(model, device_ids=None, **options)
         if strategy == "fsdp":
             raise UnsupportedFeatureError(
                 f"FSDP2 (fully_shard) does not run on {self.vendor.name} (torch_xla): its DeviceMesh process groups "
                 "are not initialised on XLA devices.",
                 "Use wrap(model, 'ddp'), or torch_xla's own sharding (torch_xla.distributed.spmd / fsdp) directly.",
             )
-        raise UnsupportedFeatureError(f"Unknown wrapping strategy '{strategy}'.", "Use 'ddp' or 'fsdp'.")
+        options.setdefault("gradient_as_bucket_view", True)
+        return parallel.ddp(model, device_ids=None, **options)
 
 
 def xla_shims(vendor: XlaVendor) -> Shims:
@@ -384,8 +369,6 @@ def xla_shims(vendor: XlaVendor) -> Shims:
 
     from anydevice.shims.xla_profiler import XlaProfiling
 
-    if vendor.setup is not None:
-        vendor.setup()
     runtime = str(xr.device_type() or "").upper()
     if runtime != vendor.pjrt_device.upper():
         raise DeviceUnavailableError(
@@ -400,9 +383,7 @@ def xla_shims(vendor: XlaVendor) -> Shims:
     return Shims(
         placement=placement,
         compilation=compilation,
-        collectives=XlaCollectives(vendor),
+        collectives=XlaCollectives(vendor, placement),
         profiling=XlaProfiling(vendor),
         versions={"torch": torch.__version__, "torch_xla": str(torch_xla.__version__), **vendor.versions()},
-        # Accelerate/Transformers: torch_xla mode on this PJRT runtime.
-        framework_env={"USE_TORCH_XLA": "1", "ACCELERATE_USE_CPU": "0", settings.PJRT_DEVICE.name: runtime},
     )

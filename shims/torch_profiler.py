@@ -20,7 +20,7 @@ from typing import Any
 
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from anydevice.shims.common import global_rank
+from anydevice.distributed import rank
 from anydevice.shims.contracts import TraceSession
 
 PERFETTO = "Perfetto (https://ui.perfetto.dev) or chrome://tracing"
@@ -80,7 +80,7 @@ def torch_profiler_trace(
     directory.mkdir(parents=True, exist_ok=True)
     session = TorchProfilerSession(directory=directory, viewer=viewer, tool=tool)
     started_ns = time.time_ns()
-    stem = f"{socket.gethostname()}.rank{global_rank()}.pid{os.getpid()}.{started_ns}"
+    stem = f"{socket.gethostname()}.rank{rank()}.pid{os.getpid()}.{started_ns}"
     exports = 0
 
     def export(prof: Any) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from anydevice.errors import UnsupportedFeatureError
 from anydevice.shims.common import peak_flops
-from anydevice.shims.contracts import TraceSession
+from anydevice.shims.contracts import Profiling, TraceSession
 
 if TYPE_CHECKING:
     import torch
@@ -86,10 +86,11 @@ def sync_step() -> None:
         torch_xla.sync()
 
 
-class XlaProfiling:
+class XlaProfiling(Profiling):
     """torch_xla's profiler (``torch_xla.debug.profiler``); peak FLOP/s from the vendor's table."""
 
     def __init__(self, vendor: XlaVendor) -> None:
+        super().__init__("xla")
         self.vendor = vendor
         self._server: Any = None
 

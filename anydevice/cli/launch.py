@@ -213,8 +213,8 @@ def single_process(spec: LaunchSpec) -> int:
 
 
 # --- Integrations hook (anydevice.integrations): libraries that pick a device on their own. -------------
-# Hugging Face Transformers/Accelerate read their device choice from the environment at import: the parent
-# adds what the selected device's shims declare (Shims.framework_env) to every child's environment, and each
+# Hugging Face Transformers/Accelerate read their device choice from the environment at import: the parent adds
+# the variables each integration computes for the selected device (anydevice.integrations) to every child's environment; each
 # rank installs an import hook (it imports nothing) that fixes Trainer's optimizer where the device rejects it.
 
 
@@ -406,17 +406,14 @@ def _check_top_level(module: str) -> None:
 def check_nproc(nproc: int, device: str, spec: DeviceSpec, detection: Detection) -> None:
     """Refuse ``-n`` above what the device takes on one node, before any planning work.
 
-    A device that declares ``processes_per_core`` (cpu) takes that many per CPU core; one of known
-    count takes one process per device; one of unknown count is bounded like the host
-    (:data:`PROCESSES_PER_CORE` per core).
+    A device of known count takes one process per device; the host (``DeviceSpec.hardware.host``: cpu)
+    and any device of unknown count take :data:`PROCESSES_PER_CORE` per CPU core.
     """
     cores = os.cpu_count() or 1
-    per_core = spec.processes_per_core
-    if per_core is None and detection.count:
+    if detection.count and not (spec.hardware is not None and spec.hardware.host):
         limit, why = detection.count, f"{detection.count} {device} device(s) visible here, one process each"
     else:
-        per_core = per_core or PROCESSES_PER_CORE
-        limit, why = per_core * cores, f"{per_core} processes per CPU core, {cores} core(s) here"
+        limit, why = PROCESSES_PER_CORE * cores, f"{PROCESSES_PER_CORE} processes per CPU core, {cores} core(s) here"
     if nproc > limit:
         raise DistributedError(
             f"-n {nproc} is more than {device} can take on this machine: at most {limit} ({why}).",

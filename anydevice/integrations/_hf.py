@@ -35,10 +35,20 @@ def _say(line: str) -> None:
 
 
 def environment(backend: Backend | None = None) -> dict[str, str]:
-    """The variables Accelerate/Transformers must see to use the selected device (``Shims.framework_env``)."""
+    """The variables Accelerate/Transformers read at import, with the values that make them pick the selected device.
+
+    From what the plugin's placement shim declares: a lazy device (``Placement.lazy``, torch_xla) puts them
+    in torch_xla mode (``USE_TORCH_XLA=1``; the runtime variable is already in the environment, set by the
+    plugin's ``prepare_environment``); the host CPU needs ``ACCELERATE_USE_CPU=1`` (else Accelerate runs no
+    process group on it); any other device is native torch, even where torch_xla is installed.
+    """
     from anydevice.backend import current
 
-    return dict((backend or current()).shims.framework_env)
+    placement = (backend or current()).shims.placement
+    return {
+        "USE_TORCH_XLA": "1" if placement.lazy else "0",
+        "ACCELERATE_USE_CPU": "1" if placement.device_type == "cpu" else "0",
+    }
 
 
 def launch_env(backend: Backend) -> dict[str, str]:

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-FORWARDED = (settings.ANYDEVICE_PLUGINS, settings.ANYDEVICE_CACHE_DIR, settings.PJRT_DEVICE)
-"""Driver settings the workers inherit besides ``ANYDEVICE``."""
+FORWARDED = (settings.ANYDEVICE_PLUGINS, settings.ANYDEVICE_CACHE_DIR)
+"""Driver settings the workers inherit besides ``ANYDEVICE`` and the selected device's own (``DeviceSpec.settings``)."""
 
 
 def _ray() -> Any:
@@ -64,12 +64,13 @@ def resolve_device(device: str | None = None) -> str:
 
 
 def worker_resource(device: str) -> str | None:
-    """The Ray resource one worker of ``device`` needs (its plugin's ``DeviceSpec.ray_resource``), or None."""
+    """The Ray resource one worker of ``device`` needs (its plugin's ``DeviceSpec.hardware.ray_resource``), or None."""
     from anydevice.registry import get_registry
 
     registry = get_registry()
     name = registry.canonical(device.partition(":")[0])
-    resource = registry.get(name).spec.ray_resource if name is not None else None
+    hardware = registry.get(name).spec.hardware if name is not None else None
+    resource = hardware.ray_resource if hardware is not None else None
     return resource() if callable(resource) else resource
 
 
@@ -97,8 +98,13 @@ def scaling_config(num_workers: int, device: str | None = None, per_worker: floa
 def worker_env(device: str | None = None) -> dict[str, str]:
     """The environment every worker gets: ``ANYDEVICE``, forwarded settings, and autoload off where not needed."""
     name = resolve_device(device)
+    from anydevice.registry import get_registry
+
+    registry = get_registry()
+    canonical = registry.canonical(name.partition(":")[0])
+    own = registry.get(canonical).spec.settings if canonical is not None else ()
     env = {settings.ANYDEVICE.name: name}
-    env.update({s.name: value for s in FORWARDED if (value := s.get()) is not None})
+    env.update({s.name: value for s in (*FORWARDED, *own) if (value := s.get()) is not None})
     autoload.apply(env, selection=name)
     return env
 

@@ -8,8 +8,8 @@ train.py``, a notebook), import this module before transformers, accelerate or d
 
 What it does:
 
-* sets the variables Accelerate and Transformers read at import, from the selected device's
-  ``Shims.framework_env`` (``USE_TORCH_XLA``, ``ACCELERATE_USE_CPU``, ``PJRT_DEVICE``): Trainer then
+* sets the variables Accelerate and Transformers read at import (``USE_TORCH_XLA``,
+  ``ACCELERATE_USE_CPU``), computed from the selected device's placement shim: Trainer then
   trains on the selected device, and under ``anydevice run -n N`` Accelerate forms one group of
   N (on cpu it needs ``ACCELERATE_USE_CPU`` for that, or each rank trains alone);
 * replaces Trainer's ``optim="adamw_torch_fused"`` (the default on torch >= 2.8) by ``"adamw_torch"``

@@ -109,6 +109,16 @@ def test_presets_records_the_main_jobs_json(tmp_path: Path) -> None:
         assert "skipped" in result["presets"][name]  # cpu: the large presets need an accelerator
 
 
+def test_checkpoint_load_times_the_crc_check_beside_torch_load(tmp_path: Path) -> None:
+    out = tmp_path / "checkpoint_load.json"
+    run("checkpoint_load.py", "--megabytes", "2", "--rounds", "2", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert result["file_bytes"] > 2_000_000
+    assert set(result["seconds"]) == {"torch.load", "ad.load", "CRC-32 check alone"}
+    assert all(finite_positive(s["median"]) for s in result["seconds"].values())
+    assert result["ratio_to_torch_load"]["torch.load"]["median"] == 1.0
+
+
 def test_plot_draws_the_committed_results(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="matplotlib is in requirements/bench.txt, not in this lane")
     out = tmp_path / "plot.png"

@@ -11,8 +11,17 @@ import pytest
 import torch
 
 import anydevice as ad
-from anydevice.errors import UnknownDeviceError
-from anydevice.shims.contracts import Collectives, Compilation, MemoryStats, Placement, Profiling
+from anydevice.errors import CheckpointError, UnknownDeviceError, UnsupportedFeatureError
+from anydevice.shims.contracts import (
+    Collectives,
+    Compilation,
+    CudaShaped,
+    Diagnostics,
+    MemoryStats,
+    Placement,
+    Profiling,
+    Shims,
+)
 
 
 def test_backend_describes_the_selection() -> None:
@@ -30,6 +39,25 @@ def test_cpu_shims_satisfy_the_contracts() -> None:
     assert isinstance(shims.compilation, Compilation)
     assert isinstance(shims.collectives, Collectives)
     assert isinstance(shims.profiling, Profiling)
+    assert shims.capability(Diagnostics) is shims.placement and shims.capability(CudaShaped) is shims.placement
+
+
+def test_the_contract_defaults_make_a_working_device_from_its_type_alone() -> None:
+    """The base classes with nothing overridden: what a new eager device gets for free (here torch's ``meta``)."""
+    meta = Shims(Placement("meta"), Compilation("meta"), Collectives(Placement("meta")), Profiling("meta"))
+    placement = meta.placement
+    assert placement.device() == torch.device("meta", 0) and placement.device_count() == 0
+    moved = placement.move({"w": torch.ones(2), "rest": [torch.zeros(1), 3]})
+    assert moved["w"].device.type == "meta" and moved["rest"][0].device.type == "meta" and moved["rest"][1] == 3
+    assert [b.device.type for b in placement.data_loader([torch.ones(1), torch.ones(1)])] == ["meta", "meta"]
+    assert placement.autocast_dtype() == torch.bfloat16 and placement.memory_stats().reason
+    assert meta.compilation.backend == "inductor" and meta.compilation.cache_dir() is None
+    assert meta.collectives.backend == "gloo" and meta.collectives.launcher == "torchrun"
+    assert meta.collectives.launch_env(0, 2) == {} and meta.collectives.mesh_device_type == "meta"
+    assert meta.profiling.chip() is None and meta.profiling.peak_flops(torch.bfloat16) is None
+    assert meta.capability(Diagnostics) is None and meta.capability(CudaShaped) is None
+    with pytest.raises(UnsupportedFeatureError, match=r"'fullgraf', which torch\.compile does not have"):
+        meta.compilation.compile(torch.nn.Linear(1, 1), fullgraf=True)
 
 
 def test_use_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,14 +89,18 @@ class Batch:
 
 
 def test_to_moves_nested_containers_and_keeps_other_leaves() -> None:
-    ad.use("cpu")
+    """Every tensor in the tree reaches the device: shown on torch's ``meta`` device, where a move is visible."""
+    placement = Placement("meta")  # ad.to(x) is the selected placement's move(x)
     obj = {"t": torch.ones(2), "l": [torch.zeros(1), 3], "p": Pair(torch.ones(1), "s"), "d": Batch(torch.ones(1), "y")}
-    moved = ad.to(obj)
-    assert moved["t"].device.type == "cpu" and moved["l"][1] == 3
-    assert isinstance(moved["p"], Pair) and moved["p"].b == "s"
+    moved = placement.move(obj)
+    assert [moved["t"].device.type, moved["l"][0].device.type, moved["p"].a.device.type, moved["d"].x.device.type] == ["meta"] * 4
+    assert moved["l"][1] == 3 and isinstance(moved["p"], Pair) and moved["p"].b == "s"
     assert isinstance(moved["d"], Batch) and moved["d"].label == "y"
-    module = ad.to(torch.nn.Linear(2, 2))
-    assert next(module.parameters()).device == ad.device()
+    module = torch.nn.Linear(2, 2)
+    assert placement.move(module) is module and next(module.parameters()).device.type == "meta"  # in place, like .to
+    ad.use("cpu")
+    t = torch.ones(2)
+    assert ad.to({"t": t})["t"] is t  # already on the device: no copy
 
 
 def test_manual_seed_makes_runs_repeatable() -> None:
@@ -88,10 +120,14 @@ def test_autocast_uses_bf16_on_cpu() -> None:
         assert torch.nn.functional.linear(torch.randn(2, 4), torch.randn(3, 4)).dtype == torch.float32
 
 
-def test_step_and_synchronize_are_safe_on_eager_devices() -> None:
-    ad.use("cpu")
+def test_step_on_an_eager_device_compiles_nothing() -> None:
+    """Eager devices run each op as issued: ``ad.step()`` cuts no graph, so no compile is ever counted."""
+    b = ad.use("cpu")
+    x = torch.ones(3) * 2
     ad.step()
     ad.synchronize()
+    assert b.compilations is None and torch.equal(x, torch.full((3,), 2.0))
+    assert ad.fallback_ops() == {}
 
 
 def test_step_calls_listeners() -> None:
@@ -144,7 +180,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
         def __reduce__(self) -> object:
             raise RuntimeError("crash mid-write")
 
-    with pytest.raises(RuntimeError, match="crash mid-write"):
+    with pytest.raises(CheckpointError, match=r"^Cannot save .*state\.pt: RuntimeError: crash mid-write$"):
         ad.save({"v": torch.zeros(2), "bad": Unpicklable()}, path)
     assert torch.equal(ad.load(path)["v"], torch.ones(2))
     assert [p.name for p in tmp_path.iterdir()] == ["state.pt"]
@@ -181,8 +217,21 @@ def test_step_meter_on_cpu_has_no_mfu_and_says_why() -> None:
     assert report.mfu is None and "unknown" in report.mfu_note.lower()
 
 
-def test_transformer_flops_helper() -> None:
-    assert ad.transformer_training_flops_per_token(1000, 2, 16, 8) == 6 * 1000 + 12 * 2 * 16 * 8
+def test_transformer_flops_helper_matches_torchs_flop_counter() -> None:
+    """The formula against torch's own count of a real forward+backward: L layers of a projection and attention."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layers, d, tokens = 3, 16, 8
+    blocks = torch.nn.ModuleList(torch.nn.Linear(d, d, bias=False) for _ in range(layers))
+    x = torch.randn(tokens, d, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        h = x
+        for block in blocks:
+            h = block(h)
+            h = torch.softmax(h @ h.T / d**0.5, dim=-1) @ h  # scores and values over the whole context
+        h.sum().backward()
+    n_params = sum(p.numel() for p in blocks.parameters())
+    assert ad.transformer_training_flops_per_token(n_params, layers, d, tokens) == counter.get_total_flops() / tokens
 
 
 def test_distributed_single_process_does_the_obvious_thing() -> None:
@@ -199,10 +248,11 @@ def test_distributed_single_process_does_the_obvious_thing() -> None:
 
 
 def test_to_moves_modules_nested_in_containers_and_save_leaves_them_in_place(tmp_path: Path) -> None:
-    ad.use("cpu")
     model = torch.nn.Linear(2, 2)
-    moved_model, x = ad.to((model, torch.ones(1, 2)))
-    assert moved_model is model and x.device == ad.device()
+    moved_model, y = Placement("meta").move((model, torch.ones(1, 2)))
+    assert moved_model is model and next(model.parameters()).device.type == "meta" and y.device.type == "meta"
+    ad.use("cpu")
+    model, x = torch.nn.Linear(2, 2), torch.ones(1, 2)
     ad.save({"model": model}, tmp_path / "m.pt")
     assert next(model.parameters()).device == ad.device()  # saving copied it, did not move it
     loaded = ad.load(tmp_path / "m.pt", weights_only=False)

@@ -1,7 +1,11 @@
-"""The architecture's rules, checked on the source: core names no vendor, plugins import no other plugin.
+"""The architecture's rules, checked on the source (docs/architecture.md): imports point one way, core names no vendor.
 
-Vendor facts live in ``plugins/`` (declared on ``DeviceSpec`` or the shims, or contributed through a
-pluggy hook); ``anydevice/`` only reads what the plugins declare. See docs/architecture.md.
+Imports: ``shims/`` never imports the command-line tools (``anydevice.cli``); core (``anydevice/``) reaches
+shims only through the contract (``anydevice.shims.contracts``) and plugins only through the registry;
+plugins do not import each other. Names: no vendor name or vendor module in core's code, no vendor
+environment variable (any a plugin declares in ``DeviceSpec.settings``) in core, and no branch on a
+device type in ``shims/`` (the plugin declares the fact). Each checker is shown to catch a planted
+violation, so none of them can pass vacuously.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from anydevice import settings
 from anydevice.shims import contracts
 from tests.utils import REPO
 
@@ -62,7 +67,10 @@ def vendor_literals(path: Path) -> Iterator[str]:
 
 
 def imported_modules(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line, absolute module)`` of every import in ``path`` (relative imports resolved within its folder)."""
+    """``(line, absolute module)`` of every import in ``path`` (relative imports resolved within its folder).
+
+    Every import counts, also those inside functions and under ``TYPE_CHECKING``.
+    """
     package = {"plugins": "anydevice.plugins", "shims": "anydevice.shims", "compat_matrix": "anydevice.compat_matrix"}
     here = package.get(path.relative_to(REPO).parts[0], "anydevice")
     for node in ast.walk(ast.parse(path.read_text())):
@@ -123,8 +131,11 @@ def test_shims_hold_only_shim_code() -> None:
 def test_the_contract_declares_what_core_and_the_matrix_call() -> None:
     """Methods looked up on shims by core and the matrix are declared, with a docstring saying what they do."""
     declared = {
-        contracts.Placement: ("fallback_ops", "device", "step", "save"),
-        contracts.Collectives: ("launch", "launch_env", "wrap", "lacking_reduce_ops"),
+        contracts.Placement: ("device", "move", "step", "generator"),
+        contracts.Collectives: ("launcher", "launch_env", "wrap", "lacking_reduce_ops"),
+        contracts.Diagnostics: ("fallback_ops", "compilations"),
+        contracts.CudaShaped: ("device_module",),
+        contracts.HostTransfer: ("to_host", "is_writer"),
         contracts.Compilation: ("compile", "cache_dir"),
         contracts.Profiling: ("record", "trace", "peak_flops", "chip"),
     }
@@ -136,3 +147,125 @@ def test_the_contract_declares_what_core_and_the_matrix_call() -> None:
     assert not hasattr(contracts.Shims, "__iter__")
     sources = "\n".join(p.read_text() for p in [*python_files("anydevice"), *python_files("compat_matrix")])
     assert not re.search(r"getattr\([^)]*(shims|collectives|placement|profiling|compilation)[^)]*,", sources)
+
+
+# -- imports point one way --------------------------------------------------------------------------
+SHIM_CONTRACT = "anydevice.shims.contracts"
+CORE_REACHING_SHIMS_ELSEWHERE = {
+    # files other 0.3 branches rewrite; each still imports a shim implementation at run time
+    "anydevice/checkpoint.py",  # shims.saving: checkpoint writing moves out of the shims (ckpt branch)
+    "anydevice/cuda_compat.py",  # shims.cuda_redirect: cuda-compat rewrite (compat branch)
+}
+
+
+def layering_violations(folder: str) -> list[str]:
+    """Every import in ``folder`` that points the wrong way, ``file:line: module``."""
+    found = []
+    for path in python_files(folder):
+        rel = str(path.relative_to(REPO))
+        for line, module in imported_modules(path):
+            if folder == "shims" and (module == "anydevice.cli" or module.startswith("anydevice.cli.")):
+                found.append(f"{rel}:{line}: {module} (shims never import the command-line tools)")
+            implementation = module.startswith("anydevice.shims.") and module.split(".")[:3] != SHIM_CONTRACT.split(".")
+            if folder == "anydevice" and implementation and rel not in CORE_REACHING_SHIMS_ELSEWHERE:
+                found.append(f"{rel}:{line}: {module} (core reaches shims only through {SHIM_CONTRACT})")
+    return found
+
+
+@pytest.mark.parametrize("folder", ["anydevice", "shims"])
+def test_imports_point_one_way(folder: str) -> None:
+    found = layering_violations(folder)
+    assert not found, "\n".join(found)
+
+
+def test_the_import_rule_catches_planted_violations() -> None:
+    """A shim that imports the launcher and a core module that imports a shim implementation are both caught."""
+    planted = {
+        REPO / "shims" / "_layering_sample.py": "from anydevice.cli.launch import LaunchSpec\n",
+        REPO / "anydevice" / "_layering_sample.py": "def f():\n    from anydevice.shims.common import move\n",
+    }
+    try:
+        for path, text in planted.items():
+            path.write_text(text)
+        shims_found, core_found = layering_violations("shims"), layering_violations("anydevice")
+    finally:
+        for path in planted:
+            path.unlink()
+    assert any("_layering_sample.py:1: anydevice.cli.launch" in hit for hit in shims_found), shims_found
+    assert any("_layering_sample.py:2: anydevice.shims.common" in hit for hit in core_found), core_found
+
+
+# -- vendor environment variables live in the plugins that read them ---------------------------------
+def vendor_variables() -> set[str]:
+    """The names of every variable a built-in plugin declares (``DeviceSpec.settings``)."""
+    return {s.name for s in settings.builtin_plugin_settings()}
+
+
+def variable_literals(path: Path, names: set[str]) -> Iterator[str]:
+    """``file:line: name`` for every string constant in ``path`` that is one of ``names``, or mentions one in code."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() in names:
+            yield f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}"
+
+
+def test_core_declares_no_vendor_variable() -> None:
+    names = vendor_variables()
+    assert {"PJRT_DEVICE", "CUDA_VISIBLE_DEVICES", "NEURON_RT_VISIBLE_CORES"} <= names
+    assert not names & {s.name for s in settings.ALL}, "declare a vendor's variable in its plugin's DeviceSpec.settings"
+    found = [hit for path in python_files("anydevice") for hit in variable_literals(path, names)]
+    assert not found, "core names a vendor's variable; the plugin that reads it declares it:\n" + "\n".join(found)
+
+
+def test_the_variable_rule_catches_a_planted_name() -> None:
+    sample = REPO / "anydevice" / "_layering_sample.py"
+    sample.write_text('import os\n\nvisible = os.environ.get("CUDA_VISIBLE_DEVICES")\n')
+    try:
+        hits = list(variable_literals(sample, vendor_variables()))
+    finally:
+        sample.unlink()
+    assert hits == ["anydevice/_layering_sample.py:3: 'CUDA_VISIBLE_DEVICES'"]
+
+
+# -- shims do not branch on a device type ------------------------------------------------------------
+DEVICE_TYPES = ("cpu", *VENDOR_NAMES)
+SHIM_BRANCHES_ALLOWED = {
+    ("shims/cuda_redirect.py", "cuda"),  # its subject: it rewrites what CUDA-written code names "cuda"
+    # in files the compat branch rewrites (cuda-compat), still branching on the host / torch_xla:
+    ("shims/cuda_redirect.py", "cpu"),
+    ("shims/cuda_redirect.py", "xla"),
+    ("shims/device_modules.py", "cpu"),
+}
+
+
+def device_type_branches(path: Path) -> Iterator[tuple[str, int, str]]:
+    """``(file, line, literal)`` for every comparison (``==``, ``!=``, ``in``) of something with a device-type literal."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare):
+            continue
+        for operand in (node.left, *node.comparators):
+            items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+            for item in items:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str) and item.value in DEVICE_TYPES:
+                    yield str(path.relative_to(REPO)), node.lineno, item.value
+
+
+def test_shims_do_not_branch_on_a_device_type() -> None:
+    found = [
+        f"{file}:{line}: compares with {literal!r}"
+        for path in python_files("shims")
+        for file, line, literal in device_type_branches(path)
+        if (file, literal) not in SHIM_BRANCHES_ALLOWED
+    ]
+    why = "a shim branches on a device type; let the plugin declare the fact (e.g. EagerVendor.host):"
+    assert not found, "\n".join([why, *found])
+
+
+def test_the_branch_rule_catches_a_planted_branch() -> None:
+    sample = REPO / "shims" / "_layering_sample.py"
+    sample.write_text('def f(kind):\n    return kind in ("cpu", "xla") or kind == "cuda"\n')
+    try:
+        hits = sorted(literal for _, _, literal in device_type_branches(sample))
+    finally:
+        sample.unlink()
+    assert hits == ["cpu", "cuda", "xla"]

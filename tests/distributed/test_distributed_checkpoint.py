@@ -25,7 +25,12 @@ def test_fsdp_checkpoint_of_2_ranks_loads_into_1_process_and_into_2_ranks(tmp_pa
     saved = anydevice_run("-n", "2", WORKER, "save", tmp_path / "ckpt", "fsdp", timeout=300)
     assert saved.returncode == 0, saved.stderr
     reference = saved.by_rank()[0]
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        ".anydevice-checkpoint",
+        ".metadata",
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temporary directory left
 
     single = python(WORKER, "load", tmp_path / "ckpt", "none", timeout=300)  # no launcher, no process group
@@ -89,9 +94,24 @@ def test_resume_skips_broken_and_foreign_checkpoints_and_says_why(tmp_path):
     skipped = [line for line in resumed.stderr.splitlines() if line.startswith("resume: skipped")]
     assert skipped == [
         f"resume: skipped {tmp_path / 'step-12.pt'}: Checkpoint {tmp_path / 'step-12.pt'} is corrupt or truncated "
-        "(RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory).",
+        "(truncated: the end of the archive is missing).",
         f"resume: skipped {tmp_path / 'step-11.pt'}: Checkpoint {tmp_path / 'step-11.pt'} is corrupt or truncated "
         "(UnpicklingError: not a torch.save archive).",
         f"resume: skipped {tmp_path / 'step-10.pt'}: Checkpoint {tmp_path / 'step-10.pt'} is empty (0 bytes): "
         "it was never written completely.",
     ]
+
+
+@pytest.mark.slow
+def test_a_target_rank_0_refuses_is_an_error_on_every_rank_and_is_left_untouched(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "notes.txt").write_text("my notes")
+    run = anydevice_run("-n", "2", WORKERS / "dcp_save_refused.py", ckpt, timeout=180)
+    assert run.returncode == 0, run.stderr
+    refusal = f"Cannot save checkpoint {ckpt}: it holds notes.txt, which a checkpoint does not; nothing in it was touched."
+    assert run.by_rank() == {
+        0: {"rank": 0, "error": f"CheckpointError: {refusal}"},
+        1: {"rank": 1, "error": f"CheckpointError: Rank 0 could not start the checkpoint save: {refusal}"},
+    }
+    assert [p.name for p in ckpt.iterdir()] == ["notes.txt"] and [p.name for p in tmp_path.iterdir()] == ["ckpt"]

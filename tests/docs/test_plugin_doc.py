@@ -77,3 +77,20 @@ def test_anydevice_env_selects_the_doc_plugin(plugin_from_doc: Path) -> None:
     run = python("-c", code, env={"ANYDEVICE": "my-chip", "ANYDEVICE_QUIET": "1"}, pythonpath=plugin_from_doc)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["mychip", "cpu", "2.0"]
+
+
+def test_the_doc_plugin_is_at_most_30_lines_of_code() -> None:
+    """Identity, detection and the vendor's names: code lines only (no blanks, comments or docstrings)."""
+    import ast
+
+    source = doc_files(DOC.read_text(encoding="utf-8"))["anydevice-mychip/anydevice_mychip/__init__.py"]
+    tree = ast.parse(source)
+    docs = {
+        n
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    }
+    lines = enumerate(source.splitlines(), 1)
+    code = [line for i, line in lines if line.strip() and not line.strip().startswith("#") and i not in docs]
+    assert len(code) <= 30, "\n".join(code)

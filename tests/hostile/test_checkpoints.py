@@ -1,7 +1,9 @@
-"""Issue 11, checkpoints: each hostile input and the exact outcome, plus a loop of real SIGKILLs during saves.
+"""Issues 11 and 18, checkpoints: each hostile input and the exact outcome, plus loops of real SIGKILLs during saves.
 
-ad.save / ad.load run in this process on cpu; killed and concurrent savers are real subprocesses,
-and the collective cases real 2-rank `anydevice run` launches over gloo.
+ad.save / ad.load / ad.checkpoint run in this process on cpu; killed and concurrent savers are real
+subprocesses (one in its own PID namespace), the collective cases real 2-rank `anydevice run`
+launches over gloo. Cases that need root (planted links owned by another uid, a full tmpfs, an
+immutable directory) are skipped without it.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -20,8 +21,9 @@ import pytest
 import torch
 
 import anydevice as ad
+from anydevice import publish
 from anydevice.errors import CheckpointError
-from anydevice.shims import saving
+from anydevice.safe_place import open_place
 from tests.distributed.helpers import WORKERS, anydevice_run
 from tests.utils import child_env
 
@@ -41,13 +43,23 @@ def cpu() -> None:
     ad.use("cpu")
 
 
+ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown of a link, mount, chattr)")
+
+
 def temps(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp"))
+    return sorted(p.name for p in directory.iterdir() if ".anydevice-" in p.name or p.name.endswith(".tmp"))
 
 
-def dead_pid() -> int:
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
-    return int(child.stdout)
+def tree(directory: Path) -> dict[str, bytes | None]:
+    """Every entry under ``directory`` with its bytes (None for directories and links): what 'untouched' compares."""
+    return {
+        str(p.relative_to(directory)): None if p.is_dir() or p.is_symlink() else p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+    }
+
+
+def checkpoint_step(directory: Path) -> int:
+    return int(ad.checkpoint.load({"step": -1}, directory)["step"])
 
 
 def test_rank_variable_without_a_process_group_still_writes(tmp_path, monkeypatch):
@@ -56,27 +68,75 @@ def test_rank_variable_without_a_process_group_still_writes(tmp_path, monkeypatc
     assert torch.equal(ad.load(tmp_path / "ckpt.pt")["x"], torch.ones(2))
 
 
-def test_stale_temporaries_of_killed_saves_are_removed_by_the_next_save(tmp_path):
-    host = socket.gethostname()
-    dead = tmp_path / f".ckpt.pt.{dead_pid()}@{host}.0123abcd.tmp"  # what a save killed mid-write leaves
-    dead_other_name = tmp_path / f".other.pt.{dead_pid()}@{host}.89abcdef.tmp"
-    old_legacy = tmp_path / ".ckpt.pt.k2j4_x9q.tmp"  # tempfile.mkstemp's name, from anydevice 0.1.0, 2 hours old
-    fresh_legacy = tmp_path / ".ckpt.pt.a8b7c6d5.tmp"  # may belong to a live 0.1.0 writer: kept until stale
-    unrelated = tmp_path / ".notes.tmp"  # not ours
-    for path in (dead, dead_other_name, old_legacy, fresh_legacy, unrelated):
-        path.write_bytes(b"partial")
-    two_hours_ago = time.time() - 7200
-    os.utime(old_legacy, (two_hours_ago, two_hours_ago))
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)  # what a live anydevice writer holds on its temporary
+os.write(fd, b"partial checkpoint")
+print(os.getpid(), flush=True)
+time.sleep(120)
+"""
+
+
+def wait_until_unlocked(path: Path, timeout: float = 30.0) -> None:
+    """Block until the holder's lock on ``path`` is gone (its process has exited)."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY)
+    deadline = time.monotonic() + timeout
     try:
-        live_temp = tmp_path / f".ckpt.pt.{live.pid}@{host}.fedcba98.tmp"  # a concurrent saver still writing
-        live_temp.write_bytes(b"partial")
-        ad.save({"x": 1}, tmp_path / "ckpt.pt")
-        assert temps(tmp_path) == sorted([fresh_legacy.name, live_temp.name, unrelated.name])
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                assert time.monotonic() < deadline, f"{path} still locked after {timeout} s"
+                time.sleep(0.05)
     finally:
-        live.kill()
-        live.wait()
-    assert ad.load(tmp_path / "ckpt.pt") == {"x": 1}
+        os.close(fd)
+
+
+def test_stale_temporaries_are_removed_only_when_ours_and_their_writer_is_dead(tmp_path):
+    dead = tmp_path / publish.temp_name("ckpt.pt")  # a save killed mid-write: unlocked, not empty
+    dead.write_bytes(b"partial")
+    dead_dir = tmp_path / publish.temp_name("c")  # a killed ad.checkpoint.save
+    dead_dir.mkdir()
+    (dead_dir / publish.MARKER).write_bytes(b"anydevice checkpoint")
+    (dead_dir / "__0_0.distcp").write_bytes(b"x" * 1000)
+    two_hours_ago = time.time() - 7200
+    others = [tmp_path / n for n in (".notes.tmp", ".ckpt.pt.k2j4_x9q.tmp", ".ckpt.pt.a8b7c6d5.tmp", ".x.anydevice-tmp.zz")]
+    for other in others:  # other tools' hidden temporaries, even old ones, and a near miss of our pattern
+        other.write_bytes(b"not ours")
+        os.utime(other, (two_hours_ago, two_hours_ago))
+    live = tmp_path / publish.temp_name("ckpt.pt")
+    command = [sys.executable, "-c", HOLDER, str(live)]
+    if os.geteuid() == 0:  # the live writer in another PID namespace: its PID means nothing here
+        command = ["unshare", "--pid", "--fork", "--kill-child", *command]
+    holder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and int(holder.stdout.readline()) > 0
+        ad.save({"x": 1}, tmp_path / "ckpt.pt")
+        assert temps(tmp_path) == sorted([live.name, *(o.name for o in others)])
+        assert live.read_bytes() == b"partial checkpoint"
+    finally:
+        holder.kill()  # unshare's child gets SIGKILL from the kernel when unshare dies (--kill-child)
+        holder.wait()
+        holder.stdout.close()
+    wait_until_unlocked(live)
+    ad.save({"x": 2}, tmp_path / "ckpt.pt")  # its writer is dead now: removed
+    assert temps(tmp_path) == sorted(o.name for o in others)
+    assert ad.load(tmp_path / "ckpt.pt") == {"x": 2}
+
+
+def test_a_temporary_not_yet_locked_is_kept_for_a_grace_period(tmp_path):
+    young = tmp_path / publish.temp_name("ckpt.pt", kind="new")  # a writer between open and flock looks like this
+    young.touch()
+    ad.save({"x": 1}, tmp_path / "ckpt.pt")
+    assert temps(tmp_path) == [young.name]
+    old = time.time() - 2 * publish.GRACE_S
+    os.utime(young, (old, old))
+    ad.save({"x": 1}, tmp_path / "ckpt.pt")
+    assert temps(tmp_path) == []
 
 
 def test_concurrent_savers_in_one_directory_do_not_break_each_other(tmp_path):
@@ -122,7 +182,7 @@ def test_the_directory_is_fsynced_after_the_rename(tmp_path, monkeypatch):
         synced.append(("dir" if stat.S_ISDIR(st.st_mode) else "file", (tmp_path / "ckpt.pt").exists()))
         real_fsync(fd)
 
-    monkeypatch.setattr(saving.os, "fsync", spy)  # a spy on the syscall: the real fsync still runs
+    monkeypatch.setattr(publish.os, "fsync", spy)  # a spy on the syscall: the real fsync still runs
     ad.save({"x": 1}, tmp_path / "ckpt.pt")
     assert synced == [("file", False), ("dir", True)]  # the data before the rename, the directory after it
 
@@ -215,6 +275,318 @@ def test_a_save_failing_on_the_main_rank_raises_on_every_rank_instead_of_hanging
     run = anydevice_run("-n", "2", WORKERS / "save_fails_on_main.py", blocker / "ckpt.pt", timeout=180)
     assert run.returncode == 0, run.stderr
     rows = run.by_rank()
-    assert rows[0]["error"].startswith(("FileExistsError", "NotADirectoryError"))
+    assert (
+        rows[0]["error"]
+        == f"CheckpointError: Cannot save {blocker / 'ckpt.pt'}: a part of the path is not a directory ({blocker})."
+    )
     expected = f"CheckpointError: Rank 0 failed to save {blocker / 'ckpt.pt'}, so this rank did not continue."
     assert rows[1]["error"] == expected
+
+
+# -- issue 18: a save never deletes or replaces what it did not create ---------------------------------
+
+
+def test_a_directory_that_is_not_a_checkpoint_is_an_error_and_is_left_untouched(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "runs" / "a").mkdir(parents=True)
+    (ckpt / "notes.txt").write_text("my notes")
+    (ckpt / "runs" / "a" / "log").write_text("loss 1.0")
+    ad.save({"step": 100}, ckpt / "step-100.pt")
+    before = tree(ckpt)
+    with pytest.raises(CheckpointError) as info:
+        ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 1}, ckpt)
+    assert str(info.value).startswith(f"Cannot save checkpoint {ckpt}: it holds notes.txt, runs, step-100.pt, which")
+    assert tree(ckpt) == before and temps(tmp_path) == []
+
+
+def test_a_file_where_a_directory_checkpoint_goes_is_an_error_and_is_kept(tmp_path):
+    path = tmp_path / "ckpt"
+    path.write_text("a file")
+    with pytest.raises(CheckpointError, match=r"^Cannot save checkpoint .*ckpt: it is not a directory; nothing in it"):
+        ad.checkpoint.save({"model": torch.nn.Linear(4, 4)}, path)
+    assert path.read_text() == "a file" and temps(tmp_path) == []
+
+
+def test_an_empty_directory_and_an_earlier_checkpoint_are_replaced(tmp_path):
+    (tmp_path / "c").mkdir()
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 1}, tmp_path / "c")
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 2}, tmp_path / "c")
+    assert checkpoint_step(tmp_path / "c") == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"] and (tmp_path / "c" / publish.MARKER).is_file()
+
+
+@pytest.mark.parametrize("content", [b"my notes\n", b"\x89PNG\r\n\x1a\n...."])
+def test_ad_save_refuses_to_replace_a_file_that_is_not_a_checkpoint(tmp_path, content):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=r"a file that is not a checkpoint is there .* it was left as it was"):
+        ad.save({"x": 1}, path)
+    assert path.read_bytes() == content and temps(tmp_path) == []
+
+
+def test_ad_save_on_a_directory_is_an_error_naming_it(tmp_path):
+    (tmp_path / "ckpt.pt").mkdir()
+    with pytest.raises(CheckpointError, match=r"ckpt\.pt: it is a directory; it was left as it was"):
+        ad.save({"x": 1}, tmp_path / "ckpt.pt")
+
+
+def test_ad_save_refuses_a_file_the_user_made_read_only(tmp_path):
+    path = tmp_path / "best.pt"
+    ad.save({"step": 1}, path)
+    before = path.read_bytes()
+    path.chmod(0o444)
+    with pytest.raises(CheckpointError) as info:
+        ad.save({"step": 2}, path)
+    assert str(info.value).splitlines()[0] == f"Cannot save {path}: the file is read-only (mode 0444); it was left as it was."
+    assert path.read_bytes() == before and temps(tmp_path) == []
+
+
+@ROOT
+def test_a_writable_file_in_a_directory_that_cannot_change_is_rewritten_in_place(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    ad.save({"step": 1}, locked / "ckpt.pt")
+    if subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported on this filesystem")
+    try:
+        ad.save({"step": 2, "w": torch.arange(5.0)}, locked / "ckpt.pt")  # no temporary can be created there
+        with pytest.raises(CheckpointError, match=r"^Cannot save .*new\.pt: permission denied"):
+            ad.save({"x": 1}, locked / "new.pt")  # nothing to rewrite: a clear error
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    loaded = ad.load(locked / "ckpt.pt")
+    assert loaded["step"] == 2 and torch.equal(loaded["w"], torch.arange(5.0))
+    assert [p.name for p in locked.iterdir()] == ["ckpt.pt"]
+
+
+# -- links planted by another user ------------------------------------------------------------------
+
+
+def shared_dir(tmp_path: Path) -> Path:
+    sh = tmp_path / "sh"
+    sh.mkdir()
+    sh.chmod(0o1777)  # sticky and world-writable, like /tmp
+    return sh
+
+
+def plant(link: Path, target: Path, uid: int = 65534) -> None:
+    link.symlink_to(target)
+    os.lchown(link, uid, uid)
+
+
+@ROOT
+def test_a_planted_link_to_a_file_in_a_shared_directory_is_refused(tmp_path):
+    victim = tmp_path / "victim.pt"
+    victim.write_bytes(b"PK\x03\x04 the victim's own checkpoint")
+    plant(shared_dir(tmp_path) / "m.pt", victim)
+    with pytest.raises(CheckpointError) as info:
+        ad.save({"x": 1}, tmp_path / "sh" / "m.pt")
+    assert str(info.value).startswith(f"Refusing to save through {tmp_path / 'sh' / 'm.pt'}: it is a symbolic link owned by")
+    assert "(uid 65534)" in str(info.value)
+    assert victim.read_bytes() == b"PK\x03\x04 the victim's own checkpoint"
+    assert (tmp_path / "sh" / "m.pt").is_symlink() and temps(tmp_path / "sh") == []
+
+
+@ROOT
+def test_a_planted_link_to_a_directory_is_refused_and_its_files_are_kept(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 5}, victim / "c")  # even a real checkpoint
+    (victim / "data.bin").write_bytes(b"precious")
+    before = tree(victim)
+    sh = shared_dir(tmp_path)
+    plant(sh / "ckpt", victim / "c")
+    plant(sh / "sub", victim)
+    with pytest.raises(CheckpointError, match="Refusing to save through"):
+        ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 6}, sh / "ckpt")
+    with pytest.raises(CheckpointError, match="Refusing to save through"):
+        ad.save({"x": 1}, sh / "sub" / "data.bin")  # a planted link as a directory on the way
+    with pytest.raises(CheckpointError, match="Refusing to save through"):
+        ad.checkpoint.save({"model": torch.nn.Linear(4, 4)}, sh / "sub" / "c")
+    assert tree(victim) == before and checkpoint_step(victim / "c") == 5
+    assert sorted(p.name for p in sh.iterdir()) == ["ckpt", "sub"]
+
+
+@ROOT
+def test_a_link_in_another_users_directory_inside_a_shared_one_is_refused(tmp_path):
+    victim = tmp_path / "victim"
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 5}, victim)
+    before = tree(victim)
+    theirs = shared_dir(tmp_path) / "theirs"  # made in /tmp by another user: they own it, they control its names
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    plant(theirs / "ckpt", victim)
+    with pytest.raises(CheckpointError, match=r"Refusing to save through .*theirs/ckpt: it is a symbolic link owned by"):
+        ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 6}, theirs / "ckpt")
+    assert tree(victim) == before and checkpoint_step(victim) == 5
+
+
+@ROOT
+def test_our_own_link_in_a_shared_directory_is_followed(tmp_path):
+    (tmp_path / "runs").mkdir()
+    target = tmp_path / "runs" / "latest.pt"
+    ad.save({"step": 1}, target)
+    sh = shared_dir(tmp_path)
+    (sh / "latest.pt").symlink_to(target)  # owned by this user
+    ad.save({"step": 2}, sh / "latest.pt")
+    assert (sh / "latest.pt").is_symlink() and ad.load(target) == {"step": 2}
+
+
+def test_saving_a_directory_checkpoint_through_our_own_link_updates_its_target(tmp_path):
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 1}, tmp_path / "step-1")
+    (tmp_path / "latest").symlink_to(tmp_path / "step-1")
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 2}, tmp_path / "latest")
+    assert (tmp_path / "latest").is_symlink() and checkpoint_step(tmp_path / "step-1") == 2
+
+
+# -- full disk, integrity ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 256 KiB tmpfs: real ENOSPC from the kernel."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)]).returncode:
+        pytest.skip("needs root to mount a tmpfs")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_names_the_file_says_no_space_and_keeps_the_previous_file(tiny_disk):
+    path = tiny_disk / "ckpt.pt"
+    ad.save({"version": 1, "w": torch.zeros(100)}, path)
+    with pytest.raises(CheckpointError) as info:
+        ad.save({"version": 2, "w": torch.randn(1_000_000)}, path)
+    message = str(info.value)
+    assert message.splitlines()[0] == f"Cannot save {path}: no space left on the device."
+    assert "unexpected pos" not in message
+    assert ad.load(path)["version"] == 1 and temps(tiny_disk) == []
+
+
+def test_a_full_disk_during_a_directory_checkpoint_says_no_space_and_keeps_the_previous_one(tiny_disk):
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 1}, tiny_disk / "c")
+    with pytest.raises(CheckpointError) as info:
+        ad.checkpoint.save({"model": torch.nn.Linear(1000, 1000), "step": 2}, tiny_disk / "c")
+    assert str(info.value) == f"Saving checkpoint {tiny_disk / 'c'} failed: no space left on the device"
+    assert checkpoint_step(tiny_disk / "c") == 1 and temps(tiny_disk) == []
+
+
+def test_a_bit_flip_in_the_data_is_caught_by_the_crc_check(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    ad.save({"w": torch.zeros(10_000)}, path)
+    data = bytearray(path.read_bytes())
+    at = data.index(bytes(4096))  # inside the zeros of the tensor's record
+    data[at + 100] ^= 0x10
+    path.write_bytes(bytes(data))
+    assert torch.count_nonzero(torch.load(path)["w"]) == 1  # torch.load alone gives a wrong value silently
+    with pytest.raises(CheckpointError) as info:
+        ad.load(path)
+    assert str(info.value).splitlines()[0] == (
+        f"Checkpoint {path} is corrupt or truncated (corrupt: member archive/data/0 fails its CRC-32 check)."
+    )
+
+
+def test_a_truncated_file_is_reported_as_truncated(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    ad.save({"w": torch.randn(1000)}, path)
+    path.write_bytes(path.read_bytes()[:-300])
+    with pytest.raises(CheckpointError, match=r"\(truncated: the end of the archive is missing\)"):
+        ad.load(path)
+
+
+# -- one atomic publish, crashes, concurrency ---------------------------------------------------------------
+
+
+def test_the_two_rename_fallback_recovers_a_crash_between_its_renames(tmp_path, monkeypatch):
+    monkeypatch.setattr(publish, "_libc_renameat2", False)  # as where renameat2 is missing
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 1}, tmp_path / "c")
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 2}, tmp_path / "c")
+    assert checkpoint_step(tmp_path / "c") == 2 and temps(tmp_path) == []
+    token = "0123456789abcdef"  # a writer killed after moving the old checkpoint aside, before moving its own in
+    (tmp_path / "c").rename(tmp_path / publish.temp_name("c", token, "old"))
+    (tmp_path / publish.temp_name("c", token)).mkdir()
+    (tmp_path / publish.temp_name("c", token) / publish.MARKER).write_bytes(b"anydevice checkpoint")
+    with open_place(tmp_path / "c") as place:
+        publish.remove_stale_temps(place)
+    assert checkpoint_step(tmp_path / "c") == 2 and temps(tmp_path) == []
+
+
+CHECKPOINT_SAVER = """
+import sys, torch, anydevice as ad
+model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(8)])
+first = int(sys.argv[2])
+for step in range(first, first + int(sys.argv[3])):
+    ad.checkpoint.save({"model": model, "step": step}, sys.argv[1])
+    if step == first:
+        print("ready", flush=True)  # DCP imported and warm: from here on the loop only saves
+"""
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "two-rename-fallback"])
+def test_concurrent_directory_savers_to_one_path_end_clean(tmp_path, renameat2):
+    env = child_env({"ANYDEVICE": "cpu", "OMP_NUM_THREADS": "1"})
+    script = CHECKPOINT_SAVER if renameat2 else "import anydevice.publish as p\np._libc_renameat2 = False\n" + CHECKPOINT_SAVER
+    savers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path / "c"), start, "8"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for start in ("100", "200")
+    ]
+    errors = [p.communicate(timeout=300)[1] for p in savers]
+    assert [p.returncode for p in savers] == [0, 0], errors
+    assert checkpoint_step(tmp_path / "c") in (107, 207)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]  # no hidden temporaries, full-size or not
+
+
+@pytest.mark.slow
+def test_ten_sigkills_during_directory_saves_never_lose_the_previous_checkpoint(tmp_path):
+    path = tmp_path / "c"
+    ad.checkpoint.save({"model": torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(8)]), "step": 0}, path)
+    env = child_env({"ANYDEVICE": "cpu", "OMP_NUM_THREADS": "1"})
+    rng, step, left_behind = random.Random(18), 0, []
+    for kill in range(10):
+        command = [sys.executable, "-c", CHECKPOINT_SAVER, str(path), str(1000 * (kill + 1)), "100000"]
+        saver = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+        assert saver.stdout is not None and saver.stdout.readline() == "ready\n"
+        time.sleep(rng.uniform(0.0, 0.5))
+        saver.send_signal(signal.SIGKILL)
+        assert saver.wait(timeout=60) == -signal.SIGKILL
+        saver.stdout.close()
+        model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(8)])
+        now = ad.checkpoint.load({"model": model, "step": -1}, path)["step"]  # whole: the previous or a newer one
+        assert now >= step
+        step = now
+        left_behind.append(len(temps(tmp_path)))
+        ad.checkpoint.save({"model": model, "step": step}, path)  # the next save cleans up
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+    assert sum(left_behind) >= 1, "no kill landed mid-save: the loop tested nothing"
+
+
+def test_loading_a_fifo_is_an_error_not_a_hang(tmp_path):
+    os.mkfifo(tmp_path / "ckpt.pt")
+    with pytest.raises(CheckpointError, match=r"ckpt\.pt is not a regular file"):
+        ad.load(tmp_path / "ckpt.pt")
+    with pytest.raises(CheckpointError, match=r"ckpt\.pt: it is not a regular file; it was left as it was"):
+        ad.save({"x": 1}, tmp_path / "ckpt.pt")
+
+
+def test_an_object_that_cannot_be_saved_names_the_file_and_leaves_no_temporary(tmp_path):
+    with pytest.raises(CheckpointError, match=rf"^Cannot save {tmp_path / 'ckpt.pt'}: (AttributeError|PicklingError)"):
+        ad.save({"f": lambda: 1}, tmp_path / "ckpt.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_loading_with_the_wrong_function_says_which_one_to_use(tmp_path):
+    ad.save({"x": 1}, tmp_path / "w.pt")
+    ad.checkpoint.save({"step": 1}, tmp_path / "c")
+    with pytest.raises(CheckpointError, match=r"c is a directory; ad.load reads one file .*\nFor a directory checkpoint"):
+        ad.load(tmp_path / "c")
+    with pytest.raises(CheckpointError, match=r"w\.pt is a file, not a checkpoint directory"):
+        ad.checkpoint.load({"x": 0}, tmp_path / "w.pt")

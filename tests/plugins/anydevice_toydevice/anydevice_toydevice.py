@@ -36,6 +36,5 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             load=load,
             priority=-5,  # below cpu: installing it never changes what `auto` picks
             vendor_package="anydevice-toydevice",
-            description="test plugin: a CPU-backed device with a known peak",
         )
     )

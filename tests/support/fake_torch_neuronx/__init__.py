@@ -61,7 +61,7 @@ def anydevice_register_devices(register):
     register(DeviceSpec(
         name="neuron", detect=detect, load=neuron.load, prepare_environment=neuron.prepare_environment,
         vendor_package="torch-neuronx", autoload_module="torch_neuronx", verified_on_hardware=False,
-        description="SIMULATED neuron device over the fake torch-neuronx (tests only)",
+        settings=neuron.NEURON_SETTINGS,  # SIMULATED neuron device over the fake torch-neuronx (tests only)
     ))
 '''
 
