@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +22,9 @@ from tests.utils import REPO, child_env
 
 SLEEPER = """
 import os, time
-print(f"ready {os.getpid()}", flush=True)
+import sys
+sys.stdout.write(f"ready {os.getpid()}\\n")  # one write: lines of two ranks do not interleave, even unbuffered
+sys.stdout.flush()
 while True:
     time.sleep(0.1)
 """
@@ -40,7 +43,8 @@ import os, subprocess, sys, time
 hardy = "--hardy" in sys.argv  # its own session, deaf to SIGTERM: only SIGKILL ends it
 code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN) if %r else None; time.sleep(1000)" % hardy
 child = subprocess.Popen([sys.executable, "-c", code], start_new_session=hardy)
-print(f"ready {os.getpid()} grandchild {child.pid}", flush=True)
+sys.stdout.write(f"ready {os.getpid()} grandchild {child.pid}\\n")  # one write, as in SLEEPER
+sys.stdout.flush()
 if "--exit" in sys.argv:
     sys.exit(0)  # the rank ends and leaves its child behind
 while True:
@@ -78,8 +82,7 @@ def start(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[str], list[
         line = proc.stdout.readline()
         if not line:
             break
-        if line.startswith("ready "):
-            pids.append(int(line.split()[1]))
+        pids += [int(pid) for pid in re.findall(r"ready (\d+)", line)]
     if len(pids) < 2:
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"the ranks did not start: {proc.stderr.read() if proc.stderr else ''}")
@@ -253,8 +256,7 @@ def start_with_grandchildren(args: list[str], tmp_path: Path, *script_args: str)
         line = proc.stdout.readline()
         if not line:
             break
-        if line.startswith("ready "):
-            grandchildren.append(int(line.split()[3]))
+        grandchildren += [int(pid) for pid in re.findall(r"ready \d+ grandchild (\d+)", line)]
     if len(grandchildren) < ranks:
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"the ranks did not start: {proc.stderr.read() if proc.stderr else ''}")
