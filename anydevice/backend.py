@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from anydevice import settings
+from anydevice import guard, settings
 from anydevice.errors import AnyDeviceError, PluginError, SelectionError
-from anydevice.registry import Registry, get_registry
+from anydevice.registry import RegisteredDevice, Registry, get_registry
 from anydevice.selection import AUTO, Choice, parse, resolve
+from anydevice.untrusted import clean
 
 if TYPE_CHECKING:
     from anydevice.shims.contracts import Shims
@@ -78,23 +80,60 @@ def requested() -> str:
 
 
 def load_backend(choice: Choice, registry: Registry) -> Backend:
-    """Load the chosen device's shims (imports the vendor library) and describe the result."""
+    """Load the chosen device's shims (imports the vendor library) and describe the result.
+
+    Every call into the plugin (``prepare_environment``, ``load``, the shim methods read here) is
+    guarded (:meth:`Registry.call`): a plugin that raises, exits, hangs past the deadline (third
+    party) or returns something other than :class:`~anydevice.shims.contracts.Shims` is a
+    :class:`~anydevice.errors.PluginError` naming the plugin and the stage.
+    """
     entry = registry.get(choice.name)
     spec = entry.spec
+    hint = (
+        f"Loading the '{choice.name}' device failed after detection succeeded ({choice.detection.reason}). "
+        "Run `anydevice doctor`, or choose another device with ANYDEVICE."
+    )
     try:
         if spec.prepare_environment is not None:
-            spec.prepare_environment()
-        shims = spec.load()
-    except AnyDeviceError:
-        raise
-    except Exception as exc:
+            registry.call(entry.plugin, "prepare_environment", spec.prepare_environment)
+        if not registry.trusted(entry.plugin):
+            _import_torch()  # the deadline is for the plugin's own work, not for importing torch
+        shims = registry.call(entry.plugin, "load", spec.load)
+        _check_shims(entry.plugin, shims)
+        return registry.call(entry.plugin, "describe", functools.partial(_describe, choice, entry, shims))
+    except guard.PluginCallError as exc:
+        if isinstance(exc.cause, AnyDeviceError):
+            raise exc.cause from None  # the plugin's own clear error (no chip, version mismatch)
+        if isinstance(exc.cause, guard.DeadlineExceeded):
+            hint = (
+                f"{hint} If the plugin is only slow (a large vendor library on a busy machine), raise "
+                f"{settings.ANYDEVICE_DETECT_TIMEOUT.name} (now {exc.cause.seconds:g} s)."
+            )
+        raise PluginError(entry.plugin, f"{exc.error} (at {exc.stage})", hint) from exc.cause
+
+
+def _import_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass  # the plugin's load says what is missing
+
+
+def _check_shims(plugin: str, shims: object) -> None:
+    from anydevice.shims.contracts import Shims
+
+    if not isinstance(shims, Shims):
         raise PluginError(
-            entry.plugin,
-            exc,
-            f"Loading the '{choice.name}' device failed after detection succeeded ({choice.detection.reason}). "
-            "Run `anydevice doctor`, or choose another device with ANYDEVICE.",
-        ) from exc
+            plugin,
+            f"load() returned {type(shims).__name__}, not Shims",
+            f"report this to the maintainers of the '{plugin}' plugin: DeviceSpec.load must return "
+            "anydevice.shims.contracts.Shims; or choose another device with ANYDEVICE.",
+        )
+
+
+def _describe(choice: Choice, entry: RegisteredDevice, shims: Shims) -> Backend:
     placement = shims.placement
+    chip = shims.profiling.chip() or choice.detection.chip
     return Backend(
         name=choice.name,
         plugin=entry.plugin,
@@ -102,12 +141,12 @@ def load_backend(choice: Choice, registry: Registry) -> Backend:
         device_type=placement.device_type,
         index=choice.index,
         count=placement.device_count(),
-        chip=shims.profiling.chip() or choice.detection.chip,
-        versions=dict(shims.versions),
+        chip=clean(chip),
+        versions={clean(str(k)): clean(str(v)) for k, v in dict(shims.versions).items()},
         why=choice.why,
         request=choice.request,
         fell_back=choice.fell_back,
-        verified_on_hardware=spec.verified_on_hardware,
+        verified_on_hardware=entry.spec.verified_on_hardware,
         shims=shims,
     )
 

@@ -1,13 +1,18 @@
 """The plugin registry: a pluggy ``PluginManager`` fed from the ``anydevice`` entry-point group.
 
-Plugins are loaded once per :class:`Registry`, built-in plugins first. A third-party plugin is
-untrusted: its import, registration hook and detection run under a deadline
-(``ANYDEVICE_DETECT_TIMEOUT``) in a daemon thread, anything it raises (``SystemExit`` included)
-is caught, and its declarations are validated (types, name grammar, ranges) before they are
-used. A plugin that fails is recorded in :attr:`Registry.failures` with its name, the stage
-and the error; every other plugin keeps working. Built-in devices win name and alias clashes
-whatever the order of the entry points on the path, and each clash is recorded too. Nothing
-here imports torch or a vendor library.
+Plugins are loaded once per :class:`Registry`, built-in plugins first. Every call into plugin
+code goes through :meth:`Registry.call` (:func:`anydevice.guard.call`): anything it raises
+(``SystemExit`` included) is caught and reported by plugin and stage, and its ``print()`` goes
+to stderr. Built-in plugins are trusted: their calls run in this thread, without a deadline,
+so a registry of built-ins alone starts no thread. A third-party plugin is untrusted: its
+import, registration hook and detection are first tried in one child process
+(:mod:`anydevice.isolation`, cached), so a hang in C code or a native crash costs one deadline
+and a report, not the process; the plugins that passed are then imported here under the
+deadline (``ANYDEVICE_DETECT_TIMEOUT``) in a daemon thread, their detections come from the child,
+and their declarations are validated (types, name grammar, ranges) before they are used. A
+plugin that fails is recorded in :attr:`Registry.failures`; every other plugin keeps working.
+Built-in devices win name and alias clashes whatever the order of the entry points on the path,
+and each clash is recorded too. Nothing here imports torch or a vendor library.
 """
 
 from __future__ import annotations
@@ -19,16 +24,21 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pluggy
 
 from anydevice import guard, hookspecs, settings
 from anydevice.device_spec import Detection, DeviceSpec, detection_problems, spec_problems
 from anydevice.errors import SelectionError
+from anydevice.untrusted import clean, clean_detection
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
+
+    from anydevice import isolation
 
 ENTRY_POINT_GROUP = "anydevice"
 BUILTIN_DISTRIBUTION = "anydevice"
@@ -69,6 +79,8 @@ class _Candidate:
     name: str
     load: Callable[[], object]
     distribution: str | None
+    value: str | None = None  # the entry point's ``module:attr``; None for an explicit plugin object
+    version: str | None = None
 
     @property
     def builtin(self) -> bool:
@@ -101,6 +113,7 @@ class Registry:
         self.devices: dict[str, RegisteredDevice] = {}
         self.aliases: dict[str, str] = {}
         self.failures: list[PluginFailure] = []
+        self._trusted: set[str] = set()  # plugin names shipped with anydevice
 
     # -- loading --------------------------------------------------------------------------
     def load(self) -> Registry:
@@ -112,13 +125,52 @@ class Registry:
         with self._lock:
             if self._loaded:
                 return self
+            settings.validate()
             if self.timeout is None:
                 self.timeout = settings.detect_timeout()
             candidates = list(self._candidates())
             self._loaded = True
-            for candidate in sorted(candidates, key=lambda c: not c.builtin):  # stable: built-ins first
+            for candidate in candidates:
+                if candidate.builtin:
+                    self._trusted.add(candidate.name)
+                    self._register_plugin(candidate)
+            others = [c for c in candidates if not c.builtin]
+            vetted = self._vet(others)
+            for candidate in others:
+                outcome = vetted.get(candidate.name)
+                if outcome is not None and outcome.failure is not None:
+                    self._fail(candidate.name, *outcome.failure)
+                    continue
                 self._register_plugin(candidate)
+                if outcome is not None:
+                    for name, entry in self.devices.items():
+                        if entry.plugin == candidate.name and name in outcome.detections:
+                            self._detections[name] = self._checked(entry, outcome.detections[name])
         return self
+
+    def _vet(self, candidates: list[_Candidate]) -> dict[str, isolation.Outcome]:
+        """Third-party entry points tried in a child process first (:mod:`anydevice.isolation`)."""
+        if not any(c.value is not None for c in candidates):
+            return {}
+        from anydevice import isolation  # imported here: only a third-party plugin needs it
+
+        plugins = [isolation.Plugin(c.name, c.value, c.distribution, c.version) for c in candidates if c.value is not None]
+        steering = {v for entry in self.devices.values() for v in entry.spec.environment}
+        return isolation.vet(plugins, self.deadline, steering)
+
+    def trusted(self, plugin: str) -> bool:
+        """True for a plugin shipped with anydevice (its calls run without a deadline or a thread)."""
+        return plugin in self._trusted
+
+    def call(self, plugin: str, stage: str, fn: Callable[[], T]) -> T:
+        """Call plugin code guarded (:func:`anydevice.guard.call`); third-party code under the deadline.
+
+        Raises :class:`~anydevice.guard.PluginCallError` naming the plugin and the stage.
+        """
+        return guard.call(fn, None if self.trusted(plugin) else self.deadline, plugin, stage)
+
+    def _fail(self, plugin: str, stage: str, error: str) -> None:
+        self.failures.append(PluginFailure(clean(plugin, 100), stage, clean(error)))
 
     @property
     def deadline(self) -> float:
@@ -150,17 +202,16 @@ class Registry:
             winner = next((ep for ep in eps if _distribution(ep) == BUILTIN_DISTRIBUTION), eps[0])
             for other in eps:
                 if other is not winner:
-                    self.failures.append(PluginFailure(name, "clash", _entry_point_clash(other, winner)))
-            yield _Candidate(name, winner.load, _distribution(winner))
+                    self._fail(name, "clash", _entry_point_clash(other, winner))
+            dist = getattr(winner, "dist", None)
+            yield _Candidate(name, winner.load, _distribution(winner), winner.value, dist.version if dist is not None else None)
 
     def _register_plugin(self, candidate: _Candidate) -> None:
         name = candidate.name
         try:
-            module = guard.call(candidate.load, self.deadline, f"import-{name}")
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # a broken plugin must not break the others, even by exiting
-            self.failures.append(PluginFailure(name, "import", guard.describe(exc)))
+            module = self.call(name, "import", candidate.load)
+        except guard.PluginCallError as exc:  # a broken plugin must not break the others, even by exiting
+            self._fail(name, "import", exc.error)
             return
         try:
             self.pm.register(module, name=name)
@@ -168,7 +219,7 @@ class Registry:
         except Exception as exc:
             if self.pm.is_registered(module):
                 self.pm.unregister(module)
-            self.failures.append(PluginFailure(name, "validate", guard.describe(exc)))
+            self._fail(name, "validate", guard.describe(exc))
             return
         for impl in self.pm.hook.anydevice_register_devices.get_hookimpls():
             if impl.plugin is not module:
@@ -176,11 +227,9 @@ class Registry:
             declared: list[object] = []
             try:
                 wants = {"registry": self} if "registry" in impl.argnames else {}  # hookspecs: optional argument
-                guard.call(functools.partial(impl.function, register=declared.append, **wants), self.deadline, f"register-{name}")
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:
-                self.failures.append(PluginFailure(name, "register", guard.describe(exc)))
+                self.call(name, "register", functools.partial(impl.function, register=declared.append, **wants))
+            except guard.PluginCallError as exc:
+                self._fail(name, "register", exc.error)
                 continue
             for spec in list(declared):
                 self._add_device(spec, candidate)
@@ -188,36 +237,28 @@ class Registry:
     def _add_device(self, spec: object, candidate: _Candidate) -> None:
         plugin = candidate.name
         if not isinstance(spec, DeviceSpec):
-            self.failures.append(PluginFailure(plugin, "register", f"registered {spec!r}, not a DeviceSpec"))
+            self._fail(plugin, "register", f"registered {spec!r}, not a DeviceSpec")
             return
         if not candidate.builtin:
             problems = spec_problems(spec)
             if problems:
                 label = repr(spec.name) if isinstance(spec.name, str) else "a device"
-                self.failures.append(
-                    PluginFailure(plugin, "validate", f"device {label} is declared with invalid values: {'; '.join(problems)}")
-                )
+                self._fail(plugin, "validate", f"device {label} is declared with invalid values: {'; '.join(problems)}")
                 return
         owner = self._owner(spec.name)
         if owner is not None:
-            self.failures.append(
-                PluginFailure(
-                    plugin, "clash", f"device name '{spec.name}' is already provided by {_by(owner)}; this device is ignored"
-                )
-            )
+            self._fail(plugin, "clash", f"device name '{spec.name}' is already provided by {_by(owner)}; this device is ignored")
             return
         aliases: list[str] = []
         for alias in spec.aliases:
             owner = self._owner(alias)
             if owner is not None or alias == spec.name or alias in aliases:
                 by = _by(owner) if owner is not None else f"device '{spec.name}' itself"
-                self.failures.append(
-                    PluginFailure(
-                        plugin,
-                        "clash",
-                        f"alias '{alias}' of device '{spec.name}' is already provided by {by}; the alias is ignored, "
-                        f"select the device as '{spec.name}'",
-                    )
+                self._fail(
+                    plugin,
+                    "clash",
+                    f"alias '{alias}' of device '{spec.name}' is already provided by {by}; the alias is ignored, "
+                    f"select the device as '{spec.name}'",
                 )
                 continue
             aliases.append(alias)
@@ -253,48 +294,60 @@ class Registry:
         return self.detect_all([name])[name]
 
     def detect_all(self, names: Iterable[str] | None = None) -> dict[str, Detection]:
-        """Detect several devices (default: all) concurrently, all within one deadline."""
+        """Detect several devices (default: all), each once.
+
+        Built-in detection runs here, one device after the other (it is cheap, and starts no
+        thread); third-party detection was done by the child process at load, or, for plugins
+        given as objects, runs concurrently in daemon threads, all within one deadline.
+        """
         self.load()
         wanted = list(self.names() if names is None else names)
         timeout = self.deadline
+        missing = [name for name in wanted if name not in self._detections]
         started = {
             name: guard.Guarded(self.devices[name].spec.detect, f"detect-{name}")
-            for name in wanted
-            if name not in self._detections
+            for name in missing
+            if not self.devices[name].builtin
         }
         deadline = time.monotonic() + timeout
-        for name, pending in started.items():
-            self._detections[name] = self._finish_detection(name, pending, deadline, timeout)
+        for name in missing:
+            entry = self.devices[name]
+            if name in started:
+                self._detections[name] = self._finish_detection(entry, started[name], deadline, timeout)
+            else:
+                self._detections[name] = self._detect_trusted(entry)
         return {name: self._detections[name] for name in wanted}
 
-    def _finish_detection(self, name: str, pending: guard.Guarded[Detection], deadline: float, timeout: float) -> Detection:
-        entry = self.devices[name]
-        fix = f"report this to the maintainers of the '{entry.plugin}' plugin, or exclude it with ANYDEVICE_PLUGINS"
+    def _detect_trusted(self, entry: RegisteredDevice) -> Detection:
         try:
-            result = pending.result(guard.remaining(deadline))
-            if not isinstance(result, Detection):
-                raise TypeError(f"detect() returned {type(result).__name__}, not Detection")
+            result = guard.call(entry.spec.detect, None, entry.plugin, "detect")
+        except guard.PluginCallError as exc:
+            return _failed_detection(entry.plugin, exc.cause, self.deadline)
+        return self._checked(entry, result)
+
+    def _finish_detection(
+        self, entry: RegisteredDevice, pending: guard.Guarded[Detection], deadline: float, timeout: float
+    ) -> Detection:
+        try:
+            with guard.stdout_to_stderr():
+                result = pending.result(guard.remaining(deadline))
         except KeyboardInterrupt:
             raise
-        except guard.DeadlineExceeded:
-            return Detection.missing(
-                f"plugin '{entry.plugin}' did not finish detection within {timeout:g} s",
-                f"{fix}; if it is only slow, raise {settings.ANYDEVICE_DETECT_TIMEOUT.name}",
-                "plugin_error",
-            )
-        except SystemExit as exc:
-            return Detection.missing(f"plugin '{entry.plugin}' {guard.describe(exc)} during detection", fix, "plugin_error")
         except BaseException as exc:
-            return Detection.missing(
-                f"plugin '{entry.plugin}' raised during detection: {guard.describe(exc)}", fix, "plugin_error"
-            )
-        if not entry.builtin:
-            problems = detection_problems(result)
-            if problems:
-                return Detection.missing(
-                    f"plugin '{entry.plugin}' returned an invalid detection: {'; '.join(problems)}", fix, "plugin_error"
-                )
-        return result
+            return _failed_detection(entry.plugin, exc, timeout)
+        return self._checked(entry, result)
+
+    def _checked(self, entry: RegisteredDevice, result: object) -> Detection:
+        """``result`` if it is a valid :class:`Detection` (a third party's with its texts cleaned), else a failure."""
+        if not isinstance(result, Detection):
+            error = f"TypeError: detect() returned {type(result).__name__}, not Detection"
+            return guard.plugin_detection_failure(entry.plugin, "raised", error)
+        if entry.builtin:
+            return result
+        problems = detection_problems(result)
+        if problems:
+            return guard.plugin_detection_failure(entry.plugin, "invalid", "; ".join(problems))
+        return clean_detection(result)
 
     def available(self) -> list[str]:
         """Available device names, highest priority first."""
@@ -302,15 +355,20 @@ class Registry:
         return [n for n in self.names() if detections[n].available]
 
     def call_hook(self, hook: str, register: Callable[[object], None]) -> None:
-        """Call a registration hook on every plugin, isolating each plugin's failures."""
+        """Call a registration hook on every plugin, isolating each plugin's failures (guarded, see :meth:`call`)."""
         self.load()
         for impl in getattr(self.pm.hook, hook).get_hookimpls():
             try:
-                impl.function(register=register)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:
-                self.failures.append(PluginFailure(impl.plugin_name, f"hook {hook}", guard.describe(exc)))
+                self.call(impl.plugin_name, f"hook {hook}", functools.partial(impl.function, register=register))
+            except guard.PluginCallError as exc:
+                self._fail(impl.plugin_name, f"hook {hook}", exc.error)
+
+
+def _failed_detection(plugin: str, exc: BaseException, timeout: float) -> Detection:
+    if isinstance(exc, guard.DeadlineExceeded):
+        return guard.plugin_detection_failure(plugin, "timeout", str(exc), timeout)
+    kind = "exit" if isinstance(exc, SystemExit) else "raised"
+    return guard.plugin_detection_failure(plugin, kind, guard.describe(exc))
 
 
 def _identity(value: object) -> object:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import weakref
 from dataclasses import dataclass, field
 
 from anydevice.device_spec import Detection, is_valid_name
@@ -116,8 +117,21 @@ def parse(text: str) -> Request:
 
 
 def resolve(text: str, registry: Registry) -> Choice:
-    """Resolve a selection string to one usable device, or raise a typed error saying why not."""
+    """Resolve a selection string to one usable device, or raise a typed error saying why not.
+
+    Resolved once per registry and request: asking again (the launcher plans, then loads) is a lookup.
+    """
     request = parse(text)
+    known = _resolved.setdefault(registry, {})
+    if request.text not in known:
+        known[request.text] = _resolve(request, registry)
+    return known[request.text]
+
+
+_resolved: weakref.WeakKeyDictionary[Registry, dict[str, Choice]] = weakref.WeakKeyDictionary()
+
+
+def _resolve(request: Request, registry: Registry) -> Choice:
     if request.is_auto:
         return _resolve_auto(request, registry)
     for item in request.items:  # a typo anywhere in a list is an error, never skipped

@@ -33,8 +33,24 @@ class Setting:
         return value or self.default
 
     def flag(self) -> bool:
-        """True when the variable is set to 1/true/yes/on."""
-        return (self.get() or "").lower() in {"1", "true", "yes", "on"}
+        """True for 1/true/yes/on, False when unset or 0/false/no/off; any other value is an error naming the variable."""
+        value = (self.get() or "").lower()
+        if value in _YES:
+            return True
+        if not value or value in _NO:
+            return False
+        raise _error(
+            f"{self.name}={self.get()!r} is not a yes/no value.", f"Set {self.name}=1 (on) or {self.name}=0 (off), or unset it."
+        )
+
+
+_YES, _NO = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
+
+
+def _error(message: str, fix: str) -> Exception:
+    from anydevice.errors import AnyDeviceError  # imported here: errors imports nothing of ours, but keep settings first
+
+    return AnyDeviceError(message, fix)
 
 
 ANYDEVICE: Final = Setting(
@@ -63,8 +79,9 @@ ANYDEVICE_CACHE_DIR: Final = Setting(
 )
 ANYDEVICE_DETECT_TIMEOUT: Final = Setting(
     "ANYDEVICE_DETECT_TIMEOUT",
-    "Seconds a plugin may take to import, register or detect its device. A plugin that takes longer is "
-    "reported by name (`anydevice list`, `doctor`) and skipped; the others keep working.",
+    "Seconds a third-party plugin may take for each call into it: import, registration, detection, its hooks and, "
+    "after selection, `prepare_environment` and `load` (after torch is imported). A plugin that takes longer is "
+    "reported by name and stage (`anydevice list`, `doctor`) and skipped; the others keep working. Above 0, at most 3600.",
     "5",
 )
 ANYDEVICE_KEEP_AUTOLOAD: Final = Setting(
@@ -123,11 +140,31 @@ ALL: Final[tuple[Setting, ...]] = tuple(v for v in globals().values() if isinsta
 
 
 def cache_dir(*parts: str) -> Path:
-    """A directory under ``ANYDEVICE_CACHE_DIR`` (created on first use)."""
-    root = ANYDEVICE_CACHE_DIR.get()
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "anydevice"
-    path = base.joinpath(*parts)
+    """A directory under ``ANYDEVICE_CACHE_DIR`` (created on first use).
+
+    Raises :class:`~anydevice.errors.AnyDeviceError` for a malformed ``ANYDEVICE_CACHE_DIR``
+    (:func:`cache_root`), ``OSError`` when it cannot be created, ``RuntimeError`` when it is unset
+    and there is no home directory (no ``HOME``, no passwd entry).
+    """
+    path = cache_root().joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_root() -> Path:
+    """``ANYDEVICE_CACHE_DIR`` (checked: absolute, or ``~``-relative, and not a file), else ``~/.cache/anydevice``."""
+    root = ANYDEVICE_CACHE_DIR.get()
+    if not root:
+        return Path.home() / ".cache" / "anydevice"
+    name = ANYDEVICE_CACHE_DIR.name
+    path = Path(root).expanduser()
+    if not path.is_absolute():
+        raise _error(
+            f"{name}={root!r} is not an absolute path: every process (and rank) would resolve it from its own directory.",
+            f"Set {name} to an absolute path such as {Path('/var/cache/anydevice')}, or unset it for ~/.cache/anydevice.",
+        )
+    if path.exists() and not path.is_dir():
+        raise _error(f"{name}={root!r} is not a directory.", f"Point {name} at a directory, or unset it for ~/.cache/anydevice.")
     return path
 
 
@@ -186,21 +223,53 @@ def _temporary_cache_root() -> Path:
     return Path(tempfile.mkdtemp(prefix="anydevice-cache-"))  # private; raises if no temporary directory is writable
 
 
+MAX_DETECT_TIMEOUT: Final = 3600.0
+"""The largest ``ANYDEVICE_DETECT_TIMEOUT``: an hour (a larger value overflows the thread join it bounds)."""
+
+
 def detect_timeout() -> float:
-    """``ANYDEVICE_DETECT_TIMEOUT`` in seconds; a clear error when it is not a positive number."""
+    """``ANYDEVICE_DETECT_TIMEOUT`` in seconds: above 0, at most :data:`MAX_DETECT_TIMEOUT`; else a clear error."""
     value = ANYDEVICE_DETECT_TIMEOUT.get() or "5"
     try:
         seconds = float(value)
     except ValueError:
         seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        from anydevice.errors import AnyDeviceError
-
-        raise AnyDeviceError(
-            f"{ANYDEVICE_DETECT_TIMEOUT.name}={value!r} is not a positive number of seconds.",
-            f"Set it to e.g. {ANYDEVICE_DETECT_TIMEOUT.name}=5, or unset it.",
+    if not 0 < seconds <= MAX_DETECT_TIMEOUT:  # also refuses nan and inf
+        name = ANYDEVICE_DETECT_TIMEOUT.name
+        raise _error(
+            f"{name}={value!r} is not a number of seconds above 0 and at most {MAX_DETECT_TIMEOUT:g}.",
+            f"Set it to e.g. {name}=5, or unset it.",
         )
     return seconds
+
+
+def _integer(setting: Setting, low: int, high: int) -> None:
+    value = setting.get()
+    if value is None:
+        return
+    if not (value.isascii() and value.isdigit() and low <= int(value) <= high):
+        raise _error(
+            f"{setting.name}={value!r} is not a whole number from {low} to {high}.",
+            f"Fix or unset {setting.name} (it is set by {setting.owner}).",
+        )
+
+
+def validate() -> None:
+    """Check every setting anydevice reads against its real range; the first problem raises, naming the variable.
+
+    ``ANYDEVICE`` itself is checked when it is parsed (:func:`anydevice.selection.parse`).
+    """
+    detect_timeout()
+    for flag in (ANYDEVICE_QUIET, ANYDEVICE_DEBUG, ANYDEVICE_KEEP_AUTOLOAD, ANYDEVICE_CUDA_COMPAT):
+        flag.flag()
+    if ANYDEVICE_CACHE_DIR.get():
+        cache_root()
+    _integer(ANYDEVICE_LAUNCH_PARENT, 1, 2**22)
+    for rank in (LOCAL_RANK, RANK, TORCHELASTIC_RESTART_COUNT):
+        _integer(rank, 0, 2**31 - 1)
+    for size in (WORLD_SIZE, LOCAL_WORLD_SIZE):
+        _integer(size, 1, 2**31 - 1)
+    _integer(MASTER_PORT, 0, 65535)
 
 
 def allowed_plugins() -> frozenset[str] | None:

@@ -6,6 +6,7 @@ A torch_xla or torch-neuronx built for another torch fails at import with undefi
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from importlib import metadata
@@ -78,7 +79,13 @@ def check_pair(package: str, rule: PairRule) -> PairCheck | None:
     """Compare ``package`` with the installed torch by ``rule``; None when the package is not installed.
 
     The plugin that needs the package says which rule applies (``DeviceSpec.paired_packages``).
+    Computed once per process (detection and the preflight before import ask the same question).
     """
+    return _check_pair(package, rule)
+
+
+@functools.cache
+def _check_pair(package: str, rule: PairRule) -> PairCheck | None:
     pkg_version = version_of(package)
     if pkg_version is None:
         return None

@@ -1,6 +1,12 @@
 """``anydevice run -n 2`` against ``torchrun --nproc-per-node 2`` on the same raw DDP script.
 
     ANYDEVICE=cpu python benchmarks/launch_overhead.py [--steps 20] [--rounds 4]
+    ANYDEVICE=cpu python benchmarks/launch_overhead.py --single [--rounds 8]
+
+``--single``: the start-up ``anydevice run script.py`` adds to ``python script.py`` for a trivial
+script that imports torch and makes one tensor (benchmarks/trivial.py): each round runs both once,
+in rotated order; reported are the wall times and the paired difference. Writes
+benchmarks/results/launch_single.json.
 
 benchmarks/raw_ddp.py is plain torch (gloo, DistributedDataParallel): both launchers start it
 unchanged. Each round launches it once with each launcher, in rotated order. Reported per
@@ -42,13 +48,52 @@ def launch(cmd: list[str], steps: int, threads: int) -> dict[str, Any]:
     return {"wall_s": wall, "ranks": sorted(ranks, key=lambda r: r["rank"])}
 
 
+TRIVIAL = Path(__file__).resolve().parent / "trivial.py"
+
+
+def single(rounds: int, out: Path | None) -> dict[str, Any]:
+    """``anydevice run trivial.py`` against ``python trivial.py``: wall seconds per round and the paired difference."""
+    env = {**os.environ, "ANYDEVICE_QUIET": "1"}
+    commands = {"python": [sys.executable, str(TRIVIAL)], "anydevice run": [str(BIN / "anydevice"), "run", str(TRIVIAL)]}
+
+    def one(cmd: list[str]) -> float:
+        start = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        wall = time.perf_counter() - start
+        if done.returncode != 0 or "tensor" not in done.stdout:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return wall
+
+    wall = rotate.rotate({name: (lambda c=cmd: one(c)) for name, cmd in commands.items()}, rounds, discard=1)
+    extra = [a - p for a, p in zip(wall["anydevice run"], wall["python"], strict=True)]
+    result: dict[str, Any] = {
+        "benchmark": "launch_single",
+        "script": "benchmarks/trivial.py",
+        "machine": rotate.machine(),
+        "rounds": rounds,
+        "device": os.environ.get("ANYDEVICE", "auto"),
+        "summary": {name: rotate.spread(v) for name, v in wall.items()},
+        "anydevice_run_minus_python_s": rotate.spread(extra),
+    }
+    summary = result["summary"]
+    print(
+        f"python {summary['python']['median']:.2f} s, anydevice run {summary['anydevice run']['median']:.2f} s, "
+        f"difference {result['anydevice_run_minus_python_s']['median']:.2f} s (median of {rounds} paired rounds)"
+    )
+    rotate.write("launch_single", result, out)
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--single", action="store_true", help="one process: anydevice run script.py against python script.py")
     p.add_argument("--out", type=Path, help="JSON file (default benchmarks/results/launch_overhead.json)")
     opts = p.parse_args(argv)
+    if opts.single:
+        return single(opts.rounds, opts.out)
     launchers = {
         "torchrun": [str(BIN / "torchrun"), "--nproc-per-node", "2", "--standalone"],
         "anydevice run": [str(BIN / "anydevice"), "run", "-n", "2"],

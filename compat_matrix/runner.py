@@ -43,6 +43,7 @@ from anydevice.compat_matrix.schema import (
     dump_run,
     load_run,
 )
+from anydevice.untrusted import clean_tree
 
 SETUP_TIMEOUT_MIN = 180.0
 MAX_WORKER_STARTS_WITHOUT_PROGRESS = 2
@@ -89,6 +90,8 @@ def run_probes(
     :param simulated: force (or deny) "fake" results; None reads the plugin's declaration.
     :param modules: extra importable modules whose ``PROBES`` lists join the catalogue.
     """
+    if out is not None:
+        check_out(out)  # before any probe runs: an hour of probes must not end in "cannot write"
     started = datetime.now(timezone.utc)
     clock = time.perf_counter()
     problems: list[str] = []
@@ -123,6 +126,32 @@ def run_probes(
     return run
 
 
+def check_out(out: Path) -> None:
+    """Raise :class:`~anydevice.errors.AnyDeviceError` unless ``out`` can be written as a result file.
+
+    ``out`` must not be a directory, and its folder (the nearest one that exists, since missing
+    folders are created) must take a new file: tried for real, as permission bits do not stop root.
+    """
+    import tempfile
+
+    from anydevice.errors import AnyDeviceError
+
+    fix = "Give --out a file path in a folder you can write, e.g. --out results/mine.json."
+    if out.is_dir():
+        raise AnyDeviceError(f"--out {out} is a directory, not a result file.", fix)
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(f"{folder} is not a directory")
+        fd, name = tempfile.mkstemp(prefix=".anydevice-out-", dir=folder)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise AnyDeviceError(f"--out {out} cannot be written: {exc.strerror or exc} ({folder}); no probe was run.", fix) from None
+
+
 def _run_worker(
     names: list[str],
     state: _State,
@@ -144,6 +173,7 @@ def _run_worker(
         encoding="utf-8",
         errors="replace",
         env=env,
+        start_new_session=True,  # its own process group: a probe's children end with the worker
     )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(protocol.encode("request", probes=names, **request)[len(protocol.MARKER) :])
@@ -182,8 +212,8 @@ def _run_worker(
             kind = message["type"]
             if kind == "env":
                 state.env = state.env or message["env"]
-            elif kind == "backend":
-                state.backend = state.backend or message["backend"]
+            elif kind == "backend":  # the plugin's own text (chip, versions, unsupported reasons): made safe here
+                state.backend = state.backend or clean_tree(message["backend"])
             elif kind == "setup_error":
                 state.setup_error = message
             elif kind == "notice":
@@ -213,8 +243,7 @@ def _run_worker(
                 proc.wait()
                 return
     finally:
-        if proc.poll() is None:
-            _kill(proc)
+        _kill(proc)  # also when it exited: what a probe left running in its group ends now
 
 
 def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
@@ -224,7 +253,13 @@ def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
-    proc.kill()
+    """End the worker and every process it started (its process group), and reap it."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:  # already gone (and its group with it)
+        proc.kill()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

@@ -19,8 +19,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anydevice import settings
-from anydevice.errors import AnyDeviceError
+from anydevice import guard, settings
+from anydevice.errors import AnyDeviceError, PluginError
+from anydevice.untrusted import clean_tree
 
 # Subcommands implemented in their own modules: name -> (module, help)
 DELEGATED: dict[str, tuple[str, str]] = {
@@ -38,8 +39,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     """Every plugin found: available or not, and why."""
     from anydevice.registry import get_registry
 
-    registry = get_registry()
-    detections = registry.detect_all()  # concurrently: a hanging plugin costs one deadline, not one each
+    with guard.commands_stdout_kept():  # a plugin's print() must not break `list --json`
+        registry = get_registry()
+        detections = registry.detect_all()
     rows: list[dict[str, Any]] = []
     for name in registry.names():
         entry, det = registry.get(name), detections[name]
@@ -60,6 +62,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             }
         )
     broken = [{"plugin": f.plugin, "stage": f.stage, "error": f.error} for f in registry.failures]
+    rows, broken = clean_tree(rows), clean_tree(broken)  # plugin text: no escape sequences, no 5 MB reasons
     if args.json:
         _print_json({"devices": rows, "broken_plugins": broken})
         return 0
@@ -104,9 +107,17 @@ def environment_info() -> dict[str, Any]:
 def cmd_info(args: argparse.Namespace) -> int:
     """What ANYDEVICE selects here, with versions."""
     from anydevice.backend import current
+    from anydevice.registry import get_registry
 
-    data = {**environment_info(), "backend": current(announce=False).as_dict()}  # "why" below says it all
-    data["imported_vendor_modules"] = imported_vendor_modules()
+    with guard.commands_stdout_kept():  # a plugin's print() must not break `info --json`
+        backend = current(announce=False)
+        try:
+            described = get_registry().call(backend.plugin, "info", backend.as_dict)  # shim methods: guarded too
+        except guard.PluginCallError as exc:
+            raise PluginError(exc.plugin, f"{exc.error} (at {exc.stage})") from exc.cause
+        data = {**environment_info(), "backend": described}  # "why" below says it all
+        data["imported_vendor_modules"] = imported_vendor_modules()
+    data = clean_tree(data)
     if args.json:
         _print_json(data)
         return 0
@@ -172,19 +183,28 @@ def _main(argv: list[str]) -> int:
             return 2
         from anydevice import autoload
 
-        autoload.apply()  # before anything imports torch: no unselected torch_tpu import
+        settings.validate()  # every setting's range, before anything reads one
+        with guard.commands_stdout_kept():  # loads the plugins: what they print goes to stderr
+            autoload.apply()  # before anything imports torch: no unselected torch_tpu import
         if argv[0] in DELEGATED:
             return _delegate(argv[0])(argv[1:])
         args = build_parser().parse_args(argv)
         result: int = args.func(args)
         return result
     except AnyDeviceError as exc:
-        if settings.ANYDEVICE_DEBUG.flag():
+        if _debug():
             raise
         print(f"anydevice: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _debug() -> bool:
+    try:
+        return settings.ANYDEVICE_DEBUG.flag()
+    except AnyDeviceError:
+        return False  # a malformed ANYDEVICE_DEBUG is the error being reported
 
 
 def _quiet_stdout() -> None:

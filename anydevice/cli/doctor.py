@@ -18,29 +18,33 @@ Exit status: 0 when healthy (warnings allowed unless ``--strict``), 1 when a che
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from anydevice import autoload, detect, settings, versions
+from anydevice import autoload, detect, guard, settings, versions
 from anydevice.cli.progress import Progress
 from anydevice.diagnosis import Check, DoctorContext, Status
 from anydevice.errors import AnyDeviceError, DeviceUnavailableError
 from anydevice.registry import Registry, get_registry
 from anydevice.selection import parse, resolve
+from anydevice.untrusted import clean
 
 __all__ = ["Check", "Context", "DoctorContext", "Status", "main", "render", "run_checks"]
 
 Context = DoctorContext  # the name the checks below use
 MARK: dict[Status, str] = {"ok": "ok  ", "info": "--  ", "warn": "WARN", "fail": "FAIL"}
 MIN_FREE_GIB, LOW_FREE_GIB = 1.0, 5.0
+LINE_LIMIT = 2000
+"""Characters of one check's message (plugin text inside it is capped at 500 where it enters)."""
 
 
 # -- versions -------------------------------------------------------------------------------
@@ -61,21 +65,46 @@ def paired_packages(registry: Registry) -> dict[str, versions.PairRule | Callabl
     return pairs
 
 
-def _pair(package: str, rule: versions.PairRule | Callable[[str], versions.PairRule]) -> versions.PairCheck | None:
+def _owners(registry: Registry) -> dict[str, str]:
+    """Vendor distribution -> the plugin that declared its pairing rule first."""
+    owners: dict[str, str] = {}
+    for name in registry.names():
+        entry = registry.get(name)
+        for package in entry.spec.paired_packages:
+            owners.setdefault(package, entry.plugin)
+    return owners
+
+
+def _pair(
+    package: str, rule: versions.PairRule | Callable[[str], versions.PairRule], registry: Registry, plugin: str
+) -> versions.PairCheck | Check | None:
     if isinstance(rule, str):
         return versions.check_pair(package, rule)
     installed = detect.version_of(package)
-    return None if installed is None else versions.check_pair(package, rule(installed))
+    if installed is None:
+        return None
+    try:  # a rule that is a function is plugin code: guarded like every call into a plugin
+        decided = registry.call(plugin, "paired_packages", functools.partial(rule, installed))
+    except guard.PluginCallError as exc:
+        return Check(
+            package, "fail", f"plugin '{exc.plugin}' failed to give the pairing rule: {exc.error}", guard.plugin_fix(plugin)
+        )
+    if decided not in ("lockstep", "requires_dist"):
+        error = f"plugin '{plugin}' gave the pairing rule {clean(repr(decided), 80)}, not 'lockstep' or 'requires_dist'"
+        return Check(package, "fail", error, guard.plugin_fix(plugin))
+    return versions.check_pair(package, decided)
 
 
 def check_pairs(ctx: Context) -> list[Check]:
     declared = paired_packages(ctx.registry)
-    found = [(package, _pair(package, rule)) for package, rule in declared.items()]
-    checks = [
-        Check(package, "ok" if pair.ok else "fail", pair.reason, None if pair.ok else pair.fix)
-        for package, pair in found
-        if pair is not None
-    ]
+    owners = _owners(ctx.registry)
+    checks: list[Check] = []
+    for package, rule in declared.items():
+        pair = _pair(package, rule, ctx.registry, owners.get(package, "?"))
+        if isinstance(pair, Check):
+            checks.append(pair)
+        elif pair is not None:
+            checks.append(Check(package, "ok" if pair.ok else "fail", pair.reason, None if pair.ok else pair.fix))
     if checks or not declared:
         return checks
     return [Check("vendor packages", "info", f"none of {', '.join(declared)} is installed")]
@@ -124,24 +153,47 @@ def check_selection(ctx: Context) -> list[Check]:
 
 # -- settings -------------------------------------------------------------------------------
 def check_plugin_settings(ctx: Context) -> list[Check]:
-    """Every plugin's own checks (``anydevice_doctor_checks``); a plugin whose hook raises fails, named."""
+    """Every plugin's own checks (``anydevice_doctor_checks``), guarded; a plugin whose hook fails is named.
+
+    A third-party plugin's hook runs under the deadline; what it returns must be a list of
+    :class:`Check`, and its text is cleaned (:func:`anydevice.untrusted.clean`) before it is shown.
+    """
     checks: list[Check] = []
     hook = ctx.registry.pm.hook.anydevice_doctor_checks
     for impl in hook.get_hookimpls():
+        plugin = impl.plugin_name
         try:
-            result = cast("Iterable[object] | None", impl.function(context=ctx))
-            found = [c for c in result or () if isinstance(c, Check)]
-        except Exception as exc:
+            result = ctx.registry.call(plugin, "doctor checks", functools.partial(impl.function, context=ctx))
+            found = _plugin_checks(result)
+        except (guard.PluginCallError, TypeError) as exc:
+            error = exc.error if isinstance(exc, guard.PluginCallError) else str(exc)
             checks.append(
                 Check(
-                    f"plugin {impl.plugin_name}",
+                    f"plugin {plugin}",
                     "fail",
-                    f"failed at doctor checks: {type(exc).__name__}: {exc}",
-                    f"fix or uninstall the package that provides plugin '{impl.plugin_name}'",
+                    f"failed at doctor checks: {error}",
+                    f"fix or uninstall the package that provides plugin '{plugin}'",
                 )
             )
             continue
         checks.extend(c for c in found if c not in checks)
+    return checks
+
+
+def _plugin_checks(result: object) -> list[Check]:
+    """A hook's return value as cleaned checks; a :class:`TypeError` saying what is wrong otherwise."""
+    if result is None:
+        return []
+    if not isinstance(result, (list, tuple)):
+        raise TypeError(f"returned {type(result).__name__}, not a list of Check")
+    checks = []
+    for item in result:
+        valid = isinstance(item, Check) and isinstance(item.name, str) and isinstance(item.message, str)
+        if not valid or item.status not in MARK or not isinstance(item.fix, (str, type(None))):
+            raise TypeError(
+                f"returned {clean(repr(item), 120)}, not a Check with a name, a status of {', '.join(MARK)} and a message"
+            )
+        checks.append(Check(clean(item.name, 120), item.status, clean(item.message), clean(item.fix)))
     return checks
 
 
@@ -248,6 +300,15 @@ def check_cache_disk(ctx: Context) -> list[Check]:
         probe.unlink()
     except OSError as exc:
         return [Check("compile cache", "fail", f"the compile cache directory is not writable: {exc}", fix_dir)]
+    except RuntimeError as exc:  # Path.home() with no HOME and no passwd entry (a container's uid)
+        return [
+            Check(
+                "compile cache",
+                "warn",
+                f"no home directory to keep the compile caches in ({exc}): compiles cache in a temporary directory",
+                f"set HOME, or point {settings.ANYDEVICE_CACHE_DIR.name} at a writable directory",
+            )
+        ]
     return [disk_check(directory, shutil.disk_usage(directory).free)]
 
 
@@ -306,11 +367,11 @@ def _joined(text: str) -> str:
 
 def one_line(check: Check) -> Check:
     """``check`` in the report's one shape: message and fix on one line each, the fix without a "Fix:" label."""
-    message = _joined(check.message)
-    fix = _joined(check.fix) if check.fix else None
+    message = clean(_joined(check.message), LINE_LIMIT)
+    fix = clean(_joined(check.fix), LINE_LIMIT) if check.fix else None
     if fix and fix.lower().startswith("fix:"):
         fix = fix[4:].strip()
-    return Check(check.name, check.status, message, fix or None)
+    return Check(clean(check.name, 120), check.status, message, fix or None)
 
 
 def imported_modules(registry: Registry) -> list[str]:
@@ -347,7 +408,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--strict", action="store_true", help="treat warnings as problems (non-zero exit)")
     parser.add_argument("--measure-imports", action="store_true", help="time `import torch` with and without autoload")
     args = parser.parse_args(argv)
-    checks = run_checks(measure_imports=args.measure_imports)
+    with guard.commands_stdout_kept():  # a plugin's print() must not break `doctor --json`
+        checks = run_checks(measure_imports=args.measure_imports)
+        imported = imported_modules(get_registry())
     ok = healthy(checks, args.strict)
     if args.json:
         data: dict[str, Any] = {
@@ -355,7 +418,7 @@ def main(argv: list[str]) -> int:
             "problems": sum(c.status == "fail" for c in checks),
             "warnings": sum(c.status == "warn" for c in checks),
             "checks": [asdict(c) for c in checks],
-            "imported": imported_modules(get_registry()),
+            "imported": imported,
         }
         print(json.dumps(data, indent=2))
     else:

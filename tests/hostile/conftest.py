@@ -44,3 +44,21 @@ def hostile_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def slow_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """anydevice-slowplugin: one plugin hangs at import, one in its registration hook."""
     return install(["anydevice_slowplugin"], tmp_path_factory, "slow-site")
+
+
+@pytest.fixture(scope="session")
+def native_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """anydevice-native: detections that hold the GIL in C, segfault, abort, os._exit(0); an import that segfaults."""
+    return install(["anydevice_native"], tmp_path_factory, "native-site")
+
+
+@pytest.fixture(scope="session")
+def noisy_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """anydevice-noisy: plugins that print to stdout and give escape sequences, forged rows and 5 MB reasons."""
+    return install(["anydevice_noisy"], tmp_path_factory, "noisy-site")
+
+
+@pytest.fixture(scope="session")
+def badload_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """anydevice-badload: available devices whose load exits, hangs or returns None; hooks that exit."""
+    return install(["anydevice_badload"], tmp_path_factory, "badload-site")

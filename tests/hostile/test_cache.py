@@ -67,3 +67,55 @@ def test_a_read_only_home_falls_back_with_one_warning(tmp_path: Path) -> None:
     home = _blocked(tmp_path)
     proc = python("-c", COMPILE, env={**NO_INHERITED_CACHE, "ANYDEVICE": "cpu", "HOME": str(home), "TMPDIR": str(tmp)})
     _check(proc.stdout, proc.stderr, proc.returncode, tmp, "~/.cache/anydevice")
+
+
+# -- issue 18: third-party detection runs in a child process once, then comes from the cache ----------------
+def test_third_party_detection_is_cached_until_a_variable_it_reads_changes(noisy_site: Path, tmp_path: Path) -> None:
+    import json
+
+    from tests.utils import anydevice_cli
+
+    runs = tmp_path / "detections"
+    env = {"ANYDEVICE_CACHE_DIR": str(tmp_path / "cache"), "CHATTY_DETECTIONS": str(runs), "ANYDEVICE_DETECT_TIMEOUT": "30"}
+    first = anydevice_cli("list", "--json", env=env, pythonpath=noisy_site)
+    assert first.returncode == 0, first.stderr
+    [child] = runs.read_text().split()  # detected once, in a child process, never in the CLI's own
+    assert int(child) > 0
+    cached = list((tmp_path / "cache" / "plugins").glob("vet-*.json"))
+    assert len(cached) == 1
+    entry = json.loads(cached[0].read_text())
+    assert "chatty" in entry["plugins"] and entry["expires"] is None  # no deadline was hit: kept
+    again = anydevice_cli("list", "--json", env=env, pythonpath=noisy_site)
+    assert again.stdout == first.stdout
+    assert len(runs.read_text().split()) == 1  # the second command started no child: the cache answered
+    cached[0].write_text(json.dumps({**entry, "expires": 0}))  # as if a deadline had been hit long ago
+    anydevice_cli("list", "--json", env=env, pythonpath=noisy_site)
+    assert len(runs.read_text().split()) == 2  # an expired outcome is detected again
+    changed = anydevice_cli("list", "--json", env={**env, "CHATTY_MODE": "fast"}, pythonpath=noisy_site)
+    assert changed.returncode == 0, changed.stderr
+    assert len(runs.read_text().split()) == 3  # a variable the device declares changed: detected again
+
+
+def test_an_outcome_with_a_deadline_hit_expires(hostile_site: Path, tmp_path: Path) -> None:
+    import json
+    import time
+
+    from tests.utils import anydevice_cli
+
+    env = {"ANYDEVICE_CACHE_DIR": str(tmp_path / "cache"), "ANYDEVICE_DETECT_TIMEOUT": "1"}
+    proc = anydevice_cli("list", "--json", env=env, pythonpath=hostile_site)
+    assert proc.returncode == 0, proc.stderr
+    [cached] = (tmp_path / "cache" / "plugins").glob("vet-*.json")
+    expires = json.loads(cached.read_text())["expires"]
+    assert 0 < expires - time.time() <= 600  # 'hang' hit the deadline: retried within ten minutes, not cached for good
+
+
+def test_an_unusable_cache_directory_only_costs_the_cache(noisy_site: Path, tmp_path: Path) -> None:
+    from tests.utils import anydevice_cli
+
+    runs = tmp_path / "detections"
+    env = {"ANYDEVICE_CACHE_DIR": str(_blocked(tmp_path)), "CHATTY_DETECTIONS": str(runs), "ANYDEVICE_DETECT_TIMEOUT": "30"}
+    for expected in (1, 2):
+        proc = anydevice_cli("list", "--json", env=env, pythonpath=noisy_site)
+        assert proc.returncode == 0, proc.stderr
+        assert len(runs.read_text().split()) == expected

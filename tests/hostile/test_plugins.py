@@ -67,14 +67,25 @@ def test_the_deadline_is_a_setting(hostile_site: Path) -> None:
     assert hang["reason"] == "plugin 'hang' did not finish detection within 0.5 s"
 
 
-@pytest.mark.parametrize("value", ["soon", "0", "-1", "inf", "nan"])
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "inf", "nan", "1e10", "3600.5"])
 def test_a_malformed_deadline_is_a_clear_error(value: str) -> None:
     proc = anydevice_cli("list", env={"ANYDEVICE_DETECT_TIMEOUT": value})
     assert proc.returncode == 2
     assert proc.stderr == (
-        f"anydevice: error: ANYDEVICE_DETECT_TIMEOUT={value!r} is not a positive number of seconds.\n"
+        f"anydevice: error: ANYDEVICE_DETECT_TIMEOUT={value!r} is not a number of seconds above 0 and at most 3600.\n"
         "Set it to e.g. ANYDEVICE_DETECT_TIMEOUT=5, or unset it.\n"
     )
+
+
+def test_a_huge_deadline_is_refused_before_selection_not_read_as_an_unknown_device() -> None:
+    # 1e10 s used to pass validation and overflow every plugin's thread join: "Unknown device 'cpu'"
+    for args in (["info"], ["run", "-c", "pass"]):
+        proc = anydevice_cli(*args, env={"ANYDEVICE": "cpu", "ANYDEVICE_DETECT_TIMEOUT": "1e10"})
+        assert proc.returncode == 2, args
+        assert "ANYDEVICE_DETECT_TIMEOUT='1e10' is not a number of seconds" in proc.stderr
+        assert "Unknown device" not in proc.stderr and "Traceback" not in proc.stderr
+    library = python("-c", "import anydevice as ad; ad.device()", env={"ANYDEVICE": "cpu", "ANYDEVICE_DETECT_TIMEOUT": "1e10"})
+    assert library.returncode == 1 and "ANYDEVICE_DETECT_TIMEOUT='1e10' is not a number of seconds" in library.stderr
 
 
 def test_auto_passes_over_a_hanging_plugin_and_the_process_exits(hostile_site: Path) -> None:
@@ -264,3 +275,166 @@ def test_a_malformed_plugin_never_reaches_selection() -> None:
     with pytest.raises(AnyDeviceError, match="Malformed device name"):
         resolve("Bad Name", registry)
     assert resolve("auto", registry).name == "cpu"
+
+
+# -- issue 18: detection that no thread can guard runs in a child process ------------------------------
+def _isolated_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A fresh detection cache per test, so each one really runs the child process."""
+    return {"ANYDEVICE_DETECT_TIMEOUT": "1", "ANYDEVICE_CACHE_DIR": str(tmp_path / "cache"), **extra}
+
+
+def test_native_hangs_and_crashes_in_detection_are_reported_and_the_cli_survives(native_site: Path, tmp_path: Path) -> None:
+    start = time.monotonic()
+    proc = anydevice_cli("list", "--json", env=_isolated_env(tmp_path), pythonpath=native_site)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    found = {name: (d["available"], d["problem"], d["reason"]) for name, d in devices(data).items()}
+    assert found["gilhold"] == (False, "plugin_error", "plugin 'gil_hold' did not finish detection within 1 s")
+    assert found["segv"] == (False, "plugin_error", "plugin 'segfault' crashed the process (SIGSEGV) during detection")
+    assert found["aborts"] == (False, "plugin_error", "plugin 'abort' crashed the process (SIGABRT) during detection")
+    assert found["exitzero"] == (False, "plugin_error", "plugin 'exit_zero' ended the process (exit status 0) during detection")
+    assert broken(data, "segfault_import") == [("import", "crashed the process (SIGSEGV)")]
+    assert devices(data)["cpu"]["available"]
+    # the GIL is held for 30 s: the deadline (1 s) was kept by killing the child, not by a thread
+    assert elapsed < 25, elapsed
+
+
+@pytest.mark.parametrize("args", [["info", "--json"], ["doctor", "--json"]])
+def test_info_and_doctor_survive_native_crashes_with_their_own_exit_status(
+    native_site: Path, tmp_path: Path, args: list[str]
+) -> None:
+    proc = anydevice_cli(*args, env=_isolated_env(tmp_path), pythonpath=native_site)
+    data = json.loads(proc.stdout)
+    if args[0] == "info":  # auto asks the priority-600 devices first, each crashed: cpu is chosen
+        assert proc.returncode == 0, proc.stderr
+        assert data["backend"]["name"] == "cpu"
+        assert "segv: plugin 'segfault' crashed the process (SIGSEGV) during detection" in data["backend"]["why"]
+    else:  # doctor's own status: 1, the broken plugins are problems
+        assert proc.returncode == 1, proc.stderr
+        failed = {c["name"]: c["message"] for c in data["checks"] if c["status"] == "fail"}
+        assert failed["plugin segfault_import"] == "failed at import: crashed the process (SIGSEGV)"
+        assert failed["device exitzero"].startswith("not available: plugin 'exit_zero' ended the process (exit status 0)")
+
+
+def test_built_in_plugins_alone_start_no_thread() -> None:
+    code = (
+        "import threading; from anydevice.registry import get_registry; r = get_registry(); r.detect_all(); "
+        "print(threading.active_count(), len(r.names()))"
+    )
+    proc = python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    threads, names = proc.stdout.split()
+    assert threads == "1" and int(names) >= 7
+
+
+# -- a plugin's stdout never reaches the CLI's stdout; its text is cleaned -------------------------------
+@pytest.mark.parametrize("args", [["list", "--json"], ["info", "--json"], ["doctor", "--json"]])
+def test_printing_plugins_do_not_break_json_output(noisy_site: Path, tmp_path: Path, args: list[str]) -> None:
+    proc = anydevice_cli(*args, env=_isolated_env(tmp_path, ANYDEVICE="cpu"), pythonpath=noisy_site)
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)  # the whole of stdout is the JSON document
+    assert "chatty: " not in proc.stdout  # the device's name may appear, its prints not
+    assert "chatty: hello from import" in proc.stderr and "chatty: raw bytes on fd 1 at import" in proc.stderr
+
+
+def test_plugin_text_is_escaped_and_capped_in_every_output(noisy_site: Path, tmp_path: Path) -> None:
+    env = _isolated_env(tmp_path, ANYDEVICE_DETECT_TIMEOUT="30")
+    text = anydevice_cli("list", env=env, pythonpath=noisy_site)
+    assert text.returncode == 0, text.stderr
+    assert "\x1b" not in text.stdout and "\x07" not in text.stdout
+    assert [line for line in text.stdout.splitlines() if line.startswith("cpu ")] == [
+        next(line for line in text.stdout.splitlines() if line.startswith("cpu ") and "the CPU is always available" in line)
+    ]  # the forged "cpu ✓ available" row stays inside the plugin's own line
+    assert "no chip\\x1b]0;pwned\\x07\\ncpu" in text.stdout
+    assert len(text.stdout) < 20_000  # two 5 MB texts, capped at 500 characters each
+    assert "… (4999500 more)" in text.stdout
+    data = json.loads(anydevice_cli("list", "--json", env=env, pythonpath=noisy_site).stdout)
+    escapes = devices(data)["escapes"]
+    assert escapes["chip"] == "Chip\\x1b]0;pwned\\x07" and escapes["fix"] == "fix\\x1b[31m red"
+    assert len(devices(data)["huge"]["reason"]) == 500 + len("… (4999500 more)")
+    doctor = anydevice_cli("doctor", env=env, pythonpath=noisy_site)
+    assert "\x1b" not in doctor.stdout
+    assert "chatty judged\\nits settings \\x1b[2J" in doctor.stdout
+
+
+# -- load() and hooks after selection: guarded like detection ---------------------------------------------
+@pytest.mark.parametrize(
+    ("device", "error"),
+    [
+        ("exitload", "Plugin 'badload' is broken: called sys.exit(9) (at load)"),
+        ("hangload", "Plugin 'badload' is broken: did not finish within 1 s (at load)"),
+        ("noneload", "Plugin 'badload' is broken: load() returned NoneType, not Shims"),
+        ("exitprep", "Plugin 'badload' is broken: called sys.exit(7) (at prepare_environment)"),
+    ],
+)
+def test_a_plugin_failing_after_selection_is_named_and_info_keeps_its_exit_status(
+    badload_site: Path, tmp_path: Path, device: str, error: str
+) -> None:
+    start = time.monotonic()
+    proc = anydevice_cli("info", env=_isolated_env(tmp_path, ANYDEVICE=device), pythonpath=badload_site, timeout=240)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stdout == ""
+    assert proc.stderr.startswith(f"anydevice: error: {error}\n"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert elapsed < 200  # a hang in load() is abandoned at the deadline (plus importing torch), not waited for
+
+
+def test_a_doctor_hook_that_exits_is_a_named_failure(badload_site: Path, tmp_path: Path) -> None:
+    proc = anydevice_cli("doctor", "--json", env=_isolated_env(tmp_path), pythonpath=badload_site)
+    assert proc.returncode == 1, proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["plugin badload"]["status"] == "fail"
+    assert checks["plugin badload"]["message"] == "failed at doctor checks: called sys.exit(5)"
+    assert checks["pip"]["status"] == "fail"  # a pairing rule that is a function is plugin code too
+    assert checks["pip"]["message"] == "plugin 'badload' failed to give the pairing rule: called sys.exit(8)"
+
+
+def test_a_probe_hook_that_exits_is_reported_and_the_catalogue_still_lists(badload_site: Path, tmp_path: Path) -> None:
+    proc = anydevice_cli("matrix", "probe", "--list", env=_isolated_env(tmp_path), pythonpath=badload_site)
+    assert proc.returncode == 0, proc.stderr
+    assert "sanity" in proc.stdout
+    assert "plugin badload: called sys.exit(6)" in proc.stderr
+
+
+def test_load_returning_the_wrong_type_names_the_plugin_in_process() -> None:
+    from anydevice.backend import select
+    from anydevice.errors import PluginError
+
+    registry = Registry([("third", _plugin(_spec(load=lambda: "shims")), "some-dist")])
+    with pytest.raises(PluginError, match=r"Plugin 'third' is broken: load\(\) returned str, not Shims"):
+        select("mychip", registry)
+
+
+def test_keyboard_interrupt_in_load_is_the_users() -> None:
+    from anydevice.backend import select
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    registry = Registry([("third", _plugin(_spec(load=interrupted)), "some-dist")])
+    with pytest.raises(KeyboardInterrupt):
+        select("mychip", registry)
+
+
+def test_a_built_in_detection_runs_in_this_thread_and_its_failures_are_still_reported() -> None:
+    import threading
+
+    seen: list[str] = []
+
+    def detect() -> Detection:
+        seen.append(threading.current_thread().name)
+        raise SystemExit(3)
+
+    registry = Registry([("cpu", _plugin(_spec(name="cpu", detect=detect)), "anydevice")])
+    det = registry.detect("cpu")
+    assert seen == [threading.current_thread().name]  # no thread was started for a trusted plugin
+    assert (det.available, det.problem) == (False, "plugin_error")
+    assert det.reason == "plugin 'cpu' called sys.exit(3) during detection"
+
+    def interrupted() -> Detection:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Registry([("cpu", _plugin(_spec(name="cpu", detect=interrupted)), "anydevice")]).detect("cpu")

@@ -1,0 +1,543 @@
+"""Third-party plugins' import, registration and detection, tried first in one child process.
+
+In-process guarding (:mod:`anydevice.guard`) cannot stop C code that holds the GIL, a native
+crash (SIGSEGV, ``abort``) or ``os._exit``. So before the registry imports a third-party plugin,
+:func:`vet` runs every third-party plugin's import and registration hook (each a step under the
+deadline) and then every device's detection (concurrently, within one deadline) in one child
+process (``python -m anydevice.isolation``). The child reports each step as a JSON line; when
+it hangs or dies, the step in progress is charged to its plugin and a fresh child carries on with
+the steps left. The
+registry then imports only the plugins the child imported cleanly, and takes their detections
+from the child (the parent never runs third-party detection). Where no child can be started at
+all, the registry falls back to its in-process guard (threads under the deadline).
+
+The outcome is cached under ``ANYDEVICE_CACHE_DIR/plugins/``, keyed by the plugins'
+distributions and versions, the Python and torch versions, the deadline, the variables the
+devices declare (plus ``ANYDEVICE_PLUGINS``, ``PATH``, ``LD_LIBRARY_PATH``), ``sys.path`` and the
+boot id: a later command with the same key starts no child. An outcome where a step hit the
+deadline is kept only :data:`RETRY_AFTER` seconds (the machine may just have been busy).
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from anydevice.device_spec import Detection
+from anydevice.untrusted import clean_detection
+
+CACHE_VERSION: Final = 1
+GRACE: Final = 2.0
+"""Seconds past the deadline the parent waits for the child to report its own detection timeouts."""
+RETRY_AFTER: Final = 600.0
+"""Seconds a cached outcome with a deadline hit is kept; crashes and errors are kept until the key changes."""
+STARTUP_BUDGET: Final = 120.0
+"""Seconds the child may take to start Python and import anydevice (not a plugin's fault, so not its deadline)."""
+KEY_VARIABLES: Final = ("ANYDEVICE_PLUGINS", "TORCH_DEVICE_BACKEND_AUTOLOAD", "PATH", "LD_LIBRARY_PATH")
+"""Variables in the cache key besides those the devices declare (``DeviceSpec.environment``)."""
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A third-party entry point to vet: its name, ``module:attr`` value and distribution."""
+
+    name: str
+    value: str
+    distribution: str | None
+    version: str | None
+
+
+@dataclass
+class Outcome:
+    """What the child found for one plugin: a failure at import or registration, or each device's detection."""
+
+    failure: tuple[str, str] | None = None
+    """``(stage, error)`` when the plugin cannot be imported or registered; the registry then skips it."""
+    detections: dict[str, Detection] = field(default_factory=dict)
+    environment: dict[str, str | None] = field(default_factory=dict)
+    """Variables the plugin's devices declare (``DeviceSpec.environment``) with their values when vetted."""
+    timed_out: bool = False
+    """A step hit the deadline: maybe only a busy machine, so the cached outcome expires (:data:`RETRY_AFTER`)."""
+
+
+def vet(plugins: list[Plugin], deadline: float, steering: Iterable[str] = ()) -> dict[str, Outcome]:
+    """Every plugin's :class:`Outcome`, from the cache or from child processes (see the module doc)."""
+    if not plugins:
+        return {}
+    key = cache_key(plugins, deadline, steering)
+    cached = _read_cache(key)
+    if cached is not None:
+        return cached
+    outcomes: dict[str, Outcome] = {p.name: Outcome() for p in plugins}
+    finished: set[str] = set()
+    sequential = False
+    while True:
+        todo = [p for p in plugins if p.name not in finished]
+        if not todo:
+            break
+        before = _progress(outcomes, finished)
+        try:
+            ended, sequential = _run_child(todo, deadline, outcomes, finished, sequential)
+        except OSError:  # no child process can be started (embedded Python, no fork): guard in-process only
+            return {}
+        if ended is not None and _progress(outcomes, finished) == before:  # died between steps, twice the same way
+            _charge_all(todo, outcomes, finished, "import", f"the plugin check process {ended} between steps")
+    _write_cache(key, outcomes)
+    return outcomes
+
+
+# -- the parent side ------------------------------------------------------------------------------
+def _progress(outcomes: Mapping[str, Outcome], finished: set[str]) -> int:
+    return len(finished) + sum(len(o.detections) for o in outcomes.values())
+
+
+def _run_child(
+    todo: list[Plugin], deadline: float, outcomes: dict[str, Outcome], finished: set[str], sequential: bool
+) -> tuple[str | None, bool]:
+    """One child over ``todo``, recording what it reports and charging the step it hung or died in.
+
+    Returns how the child ended when it ended between steps (the next child carries on), else
+    None; and whether it was killed or died with several detections in flight (the next child then
+    runs them one at a time, to find the one that hung or crashed).
+    """
+    request = {
+        "deadline": deadline,
+        "path": sys.path,
+        "sequential": sequential,
+        "plugins": [{"name": p.name, "value": p.value, "skip": sorted(outcomes[p.name].detections)} for p in todo],
+    }
+    if not sys.executable:
+        raise OSError("no Python executable to start the plugin check with")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anydevice.isolation"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: what a plugin starts ends with it
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps(request).encode())
+        proc.stdin.close()
+    except OSError:
+        pass
+    current: dict[str, Any] | None = None
+    ready = False
+    limit = time.monotonic() + STARTUP_BUDGET
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    buffer = b""
+    try:
+        while True:
+            lines: list[bytes] = []
+            eof = False
+            wait = limit - time.monotonic()
+            if wait > 0 and selector.select(wait):
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if chunk:
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                else:
+                    eof = True
+            elif not lines:  # the deadline passed with nothing new
+                _end(proc)
+                if current is None:
+                    stalled = f"stalled between steps ({deadline:g} s)" if ready else f"did not start ({STARTUP_BUDGET:g} s)"
+                    _charge_all(todo, outcomes, finished, "import", f"the plugin check {stalled}")
+                    return None, False
+                return None, _charge(current, outcomes, finished, f"did not finish within {deadline:g} s", deadline)
+            for line in lines:
+                event = _decode(line)
+                if event is None:
+                    continue
+                kind = event.get("e")
+                if kind == "start":
+                    current = event
+                    grace = GRACE if event.get("stage") == "detect-all" else 0.0  # the child reports its own deadline first
+                    limit = time.monotonic() + deadline + grace
+                    continue
+                if kind == "detected":
+                    _record_detection(event, outcomes, deadline)
+                    if current is not None and current.get("stage") == "detect-all":
+                        current["devices"] = [d for d in current["devices"] if d != [event["plugin"], event["device"]]]
+                        continue  # the others are still running, under the same deadline
+                elif kind == "ready":
+                    ready = True
+                elif kind == "failed":
+                    name = str(event["plugin"])
+                    outcomes[name].failure = (str(event["stage"]), str(event["error"]))
+                    finished.add(name)
+                elif kind == "registered":
+                    outcomes[str(event["plugin"])].environment.update(event.get("values") or {})
+                elif kind == "end":
+                    finished.add(str(event["plugin"]))
+                elif kind == "done":
+                    return None, False
+                current = None
+                limit = time.monotonic() + deadline
+            if eof:
+                code = proc.wait()
+                if current is not None:
+                    return None, _charge(current, outcomes, finished, _death(code), deadline)
+                if not ready:
+                    _charge_all(todo, outcomes, finished, "import", f"the plugin check process {_death(code)} before it started")
+                    return None, False
+                return _death(code), False  # ended between steps: the next child carries on
+    finally:
+        selector.close()
+        _end(proc)
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def _record_detection(event: Mapping[str, Any], outcomes: dict[str, Outcome], deadline: float) -> None:
+    from anydevice.guard import plugin_detection_failure
+
+    plugin, device = str(event["plugin"]), str(event["device"])
+    if "detection" in event:
+        found = event["detection"]
+        detection = Detection(
+            available=found["available"],
+            reason=found["reason"],
+            fix=found["fix"],
+            problem=found["problem"],
+            count=found["count"],
+            chip=found["chip"],
+            details=found["details"],
+        )
+    else:
+        kind = str(event["kind"])
+        outcomes[plugin].timed_out |= kind == "timeout"
+        detection = plugin_detection_failure(plugin, kind, str(event["error"]), deadline)
+    outcomes[plugin].detections[device] = detection
+
+
+def _charge(current: Mapping[str, Any], outcomes: dict[str, Outcome], finished: set[str], error: str, deadline: float) -> bool:
+    """The step in progress when the child hung or died is that plugin's failure.
+
+    Returns True when several detections were in flight: nobody is charged, they run again one by one.
+    """
+    from anydevice.guard import plugin_detection_failure
+
+    if current.get("stage") == "detect-all":
+        in_flight = [(str(p), str(d)) for p, d in current["devices"]]
+        if len(in_flight) != 1:
+            return bool(in_flight)
+        current = {"plugin": in_flight[0][0], "stage": "detect", "device": in_flight[0][1]}
+    plugin, stage = str(current["plugin"]), str(current["stage"])
+    outcomes[plugin].timed_out |= error.startswith("did not finish")
+    if stage == "detect":
+        kind = "timeout" if error.startswith("did not finish") else "died"
+        outcomes[plugin].detections[str(current["device"])] = plugin_detection_failure(plugin, kind, error, deadline)
+    else:
+        outcomes[plugin].failure = (stage, error)
+        finished.add(plugin)
+    return False
+
+
+def _charge_all(todo: list[Plugin], outcomes: dict[str, Outcome], finished: set[str], stage: str, error: str) -> None:
+    """Every plugin of ``todo`` not finished yet fails with ``error``."""
+    for plugin in todo:
+        if plugin.name not in finished:
+            outcomes[plugin.name].failure = (stage, error)
+            finished.add(plugin.name)
+
+
+def _death(code: int) -> str:
+    """How the child ended, as a phrase: ``crashed (SIGSEGV)``, ``ended the process (exit status 0)``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"crashed the process ({name})"
+    return f"ended the process (exit status {code})"
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the child's whole process group (a plugin's own children too) and reap the child."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+# -- the cache --------------------------------------------------------------------------------------
+def cache_key(plugins: list[Plugin], deadline: float, steering: Iterable[str] = ()) -> str:
+    """What the outcome depends on, hashed: plugins and versions, Python, torch, deadline, variables, path, boot."""
+    from anydevice import __version__, detect
+
+    names = sorted({*KEY_VARIABLES, *steering})
+    parts = {
+        "v": CACHE_VERSION,
+        "anydevice": __version__,
+        "plugins": sorted((p.name, p.value, p.distribution or "", p.version or "") for p in plugins),
+        "python": sys.version,
+        "executable": sys.executable,
+        "torch": detect.torch_version(),
+        "deadline": deadline,
+        "env": {k: os.environ.get(k) for k in names},
+        "path": sys.path[1:],  # sys.path[0] is the running script's folder, not where plugins come from
+        "boot": _boot_id(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cache_file(key: str) -> Path | None:
+    from anydevice import settings
+
+    try:
+        return settings.cache_dir("plugins") / f"vet-{key}.json"
+    except (OSError, RuntimeError, ValueError):  # no home, unwritable, a bad ANYDEVICE_CACHE_DIR: no cache
+        return None
+
+
+def _read_cache(key: str) -> dict[str, Outcome] | None:
+    path = _cache_file(key)
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+        expires = data.get("expires")
+        if expires is not None and time.time() > float(expires):
+            return None  # a deadline was hit: try again, the machine may only have been busy
+        outcomes = {}
+        for name, entry in data["plugins"].items():
+            environment = dict(entry["environment"])
+            if any(os.environ.get(k) != v for k, v in environment.items()):
+                return None  # a variable the plugin's devices read changed since
+            failure = entry["failure"]
+            outcomes[name] = Outcome(
+                failure=(str(failure[0]), str(failure[1])) if failure else None,
+                detections={d: Detection(**fields) for d, fields in entry["detections"].items()},
+                environment=environment,
+            )
+        return outcomes
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def _write_cache(key: str, outcomes: Mapping[str, Outcome]) -> None:
+    path = _cache_file(key)
+    if path is None:
+        return
+    transient = any(o.timed_out for o in outcomes.values())
+    data = {
+        "expires": time.time() + RETRY_AFTER if transient else None,
+        "plugins": {
+            name: {
+                "failure": list(o.failure) if o.failure else None,
+                "detections": {d: _fields(det) for d, det in o.detections.items()},
+                "environment": o.environment,
+            }
+            for name, o in outcomes.items()
+        },
+    }
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(json.dumps(data))
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            temporary.unlink()
+        except OSError:
+            pass
+
+
+def _fields(detection: Detection) -> dict[str, Any]:
+    return {
+        "available": detection.available,
+        "reason": detection.reason,
+        "fix": detection.fix,
+        "problem": detection.problem,
+        "count": detection.count,
+        "chip": detection.chip,
+        "details": dict(detection.details),
+    }
+
+
+# -- the child side ---------------------------------------------------------------------------------
+def _child() -> int:
+    """Import, register and detect every requested plugin, one JSON line per step on the original stdout.
+
+    Detections run concurrently in daemon threads, all within one deadline (a Python-level hang is
+    reported by the child itself); with ``sequential`` one after the other, each its own step (after a
+    child was killed with several in flight, this tells which one held the GIL).
+    """
+    events = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)  # the plugins' own output (print, C printf) goes where stderr goes, never into the events
+    sys.stdout = sys.stderr
+    request = json.loads(sys.stdin.read())
+    sys.path[:] = list(request["path"])
+    lock = threading.Lock()
+
+    def emit(**event: Any) -> None:
+        with lock:
+            events.write(json.dumps(event, default=str) + "\n")
+
+    _warm_up()
+    emit(e="ready")
+    deadline = float(request["deadline"])
+    pending: list[tuple[str, Any]] = []
+    for plugin in request["plugins"]:
+        specs = _import_and_register(plugin["name"], plugin["value"], emit)
+        pending += [(plugin["name"], spec) for spec in specs if spec.name not in plugin["skip"]]
+    if request.get("sequential"):
+        for plugin, spec in pending:
+            emit(e="start", plugin=plugin, stage="detect", device=spec.name)
+            emit(e="detected", plugin=plugin, device=spec.name, **_detect(spec))
+    elif pending:
+        emit(e="start", stage="detect-all", devices=[[plugin, spec.name] for plugin, spec in pending])
+        _detect_all(pending, deadline, emit)
+    for plugin in request["plugins"]:
+        emit(e="end", plugin=plugin["name"])
+    emit(e="done")
+    events.flush()
+    os._exit(0)  # a plugin's non-daemon threads or atexit handlers must not hold the child
+
+
+def _warm_up() -> None:
+    """Import and build what checking a plugin needs, so that its cost is not charged to the first plugin's deadline."""
+    import pluggy  # noqa: F401
+
+    from anydevice.device_spec import detection_problems
+
+    detection_problems(Detection.ok("warm-up"))
+
+
+def _import_and_register(name: str, value: str, emit: Any) -> list[Any]:
+    """Import one plugin and run its registration hook; its valid device declarations (none after a failure)."""
+    from importlib import metadata
+
+    import pluggy
+
+    from anydevice import hookspecs
+    from anydevice.device_spec import DeviceSpec, is_valid_name
+    from anydevice.guard import describe
+
+    emit(e="start", plugin=name, stage="import")
+    try:
+        module = metadata.EntryPoint(name=name, value=value, group="anydevice").load()
+    except BaseException as exc:
+        emit(e="failed", plugin=name, stage="import", error=describe(exc))
+        return []
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    try:
+        pm.register(module, name=name)
+    except BaseException:  # the parent validates the hooks and reports; nothing to run here
+        emit(e="registered", plugin=name)
+        return []
+    specs: list[object] = []
+    for impl in pm.hook.anydevice_register_devices.get_hookimpls():
+        emit(e="start", plugin=name, stage="register")
+        try:
+            wants = {"registry": _builtin_registry()} if "registry" in impl.argnames else {}
+            impl.function(register=specs.append, **wants)
+        except BaseException as exc:
+            emit(e="failed", plugin=name, stage="register", error=describe(exc))
+            return []
+    valid = [s for s in specs if isinstance(s, DeviceSpec) and is_valid_name(s.name)]  # the parent refuses the rest
+    values: dict[str, str | None] = {}
+    for spec in valid:
+        if isinstance(spec.environment, tuple):
+            values.update({v: os.environ.get(v) for v in spec.environment if isinstance(v, str)})
+    emit(e="registered", plugin=name, values=values)
+    return valid
+
+
+@functools.cache
+def _builtin_registry() -> Any:
+    """For a plugin whose registration hook takes the registry: the built-in devices (no third party here)."""
+    from importlib import metadata
+
+    from anydevice.registry import BUILTIN_DISTRIBUTION, ENTRY_POINT_GROUP, Registry, _distribution
+
+    builtins = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if _distribution(ep) == BUILTIN_DISTRIBUTION]
+    return Registry([(ep.name, ep.load(), BUILTIN_DISTRIBUTION) for ep in builtins]).load()
+
+
+def _detect(spec: Any) -> dict[str, Any]:
+    """One device's detection as the fields of a ``detected`` event."""
+    from anydevice.device_spec import detection_problems
+    from anydevice.guard import describe
+
+    try:
+        result = spec.detect()
+    except SystemExit as exc:
+        return {"kind": "exit", "error": describe(exc)}
+    except BaseException as exc:
+        return {"kind": "raised", "error": describe(exc)}
+    if not isinstance(result, Detection):
+        return {"kind": "raised", "error": f"TypeError: detect() returned {type(result).__name__}, not Detection"}
+    problems = detection_problems(result)
+    if problems:
+        return {"kind": "invalid", "error": "; ".join(problems)}
+    return {"detection": _fields(clean_detection(result))}
+
+
+def _detect_all(pending: list[tuple[str, Any]], deadline: float, emit: Any) -> None:
+    """Every detection at once, in daemon threads; each reported when it ends, the rest at the deadline."""
+    done: set[int] = set()
+
+    def run(index: int, plugin: str, spec: Any) -> None:
+        fields = _detect(spec)
+        with lock:
+            if index in done:
+                return
+            done.add(index)
+        emit(e="detected", plugin=plugin, device=spec.name, **fields)
+
+    lock = threading.Lock()
+    threads = [
+        threading.Thread(target=run, args=(i, plugin, spec), daemon=True, name=f"anydevice-detect-{plugin}")
+        for i, (plugin, spec) in enumerate(pending)
+    ]
+    for thread in threads:
+        thread.start()
+    until = time.monotonic() + deadline
+    for thread in threads:
+        thread.join(max(until - time.monotonic(), 0.0))
+    for i, (plugin, spec) in enumerate(pending):
+        with lock:
+            if i in done:
+                continue
+            done.add(i)
+        emit(e="detected", plugin=plugin, device=spec.name, kind="timeout", error=f"did not finish within {deadline:g} s")
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child())

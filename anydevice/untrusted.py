@@ -1,0 +1,80 @@
+"""Text a plugin gives (names, reasons, fixes, chip names, check text), made safe to print or render.
+
+:func:`clean` is the one function every output path uses (``list``, ``info``, ``doctor``, the
+matrix page): control characters and escape sequences are escaped (``\\x1b`` is printed as the
+four characters ``\\x1b``, a newline as ``\\n``), so a plugin cannot retitle the terminal, move the
+cursor or forge rows; and the length is capped, so a 5 MB reason cannot make a 5 MB listing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING, Final, TypeVar, overload
+
+if TYPE_CHECKING:
+    from anydevice.device_spec import Detection
+
+LIMIT: Final = 500
+"""Characters of one plugin text kept; the rest is replaced by ``… (N more)``."""
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_MARKER = re.compile(r"… \(\d+ more\)$")
+T = TypeVar("T")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char) or (
+        f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+    )
+
+
+@overload
+def clean(text: str, limit: int = LIMIT) -> str: ...
+@overload
+def clean(text: None, limit: int = LIMIT) -> None: ...
+def clean(text: str | None, limit: int = LIMIT) -> str | None:
+    """``text`` with control characters escaped and at most ``limit`` characters (None stays None).
+
+    Idempotent: cleaning a cleaned text changes nothing.
+    """
+    if text is None:
+        return None
+    text = str(text)
+    if len(text) <= limit and not _UNSAFE.search(text):
+        return text  # the common case: nothing to escape or cut
+    marker = _MARKER.search(text)
+    if marker is not None and marker.start() <= limit and not _UNSAFE.search(text):
+        return text  # cleaned and capped already
+    pieces, used = [], 0
+    for char in text[:limit]:
+        piece = _UNSAFE.sub(_escape, char)
+        if used + len(piece) > limit:
+            break
+        pieces.append(piece)
+        used += len(piece)
+    shown, more = "".join(pieces), len(text) - len(pieces)
+    return f"{shown}… ({more} more)" if more else shown
+
+
+def clean_tree(value: T, limit: int = LIMIT) -> T:
+    """:func:`clean` applied to every string inside nested dicts, lists and tuples (keys included)."""
+    if isinstance(value, str):
+        return clean(value, limit)  # type: ignore[return-value]  # a str in, a str out
+    if isinstance(value, dict):
+        return {clean_tree(k, limit): clean_tree(v, limit) for k, v in value.items()}  # type: ignore[return-value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(clean_tree(v, limit) for v in value)  # type: ignore[return-value]
+    return value
+
+
+def clean_detection(detection: Detection) -> Detection:
+    """A third party's :class:`~anydevice.device_spec.Detection` with every text cleaned."""
+    return dataclasses.replace(
+        detection,
+        reason=clean(detection.reason),
+        fix=clean(detection.fix),
+        chip=clean(detection.chip),
+        details={clean(k): clean(v) for k, v in detection.details.items()},
+    )

@@ -1,0 +1,1 @@
+"""Available devices whose plugin breaks after selection (tests/hostile/test_plugins.py)."""

@@ -1,0 +1,5 @@
+"""A plugin that crashes (SIGSEGV) when imported."""
+
+import ctypes
+
+ctypes.string_at(0)

@@ -1,0 +1,1 @@
+"""Plugins that write to stdout and give hostile text (tests/hostile/test_plugins.py)."""
