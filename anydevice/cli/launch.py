@@ -35,6 +35,7 @@ unmodified (:mod:`anydevice.cuda_compat` in every rank).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -56,6 +57,7 @@ from anydevice.errors import DistributedError
 if TYPE_CHECKING:
     from anydevice.backend import Backend
     from anydevice.device_spec import Detection, DeviceSpec
+    from anydevice.registry import Registry
 
 # A rank's interpreter runs this first: sys.path[0] becomes what `python script.py` / `python -m` would
 # give (argv[3]) before anything is imported, so no module in the working directory shadows one anydevice
@@ -348,7 +350,7 @@ def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend]:
         backend = load_backend(choice, registry)
     collectives = backend.shims.collectives
     env.update(_integrations_env(backend))
-    rank_env = {} if command else {i: dict(collectives.launch_env(i, nproc)) for i in range(nproc)}
+    rank_env = {} if command else _launch_envs(registry, registry.get(choice.name).plugin, collectives, nproc)
     spec = LaunchSpec(
         script=module or (command[0] if command else args.script),
         script_args=tuple(command[1:] if command else args.script_args),
@@ -363,6 +365,24 @@ def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend]:
         **({"run_id": args.run_id} if args.run_id else {}),
     )
     return spec, backend
+
+
+def _launch_envs(registry: Registry, plugin: str, collectives: Any, nproc: int) -> dict[int, dict[str, str]]:
+    """Each local rank's ``collectives.launch_env``, called guarded like every other call into a plugin."""
+    from anydevice import guard
+    from anydevice.errors import AnyDeviceError, PluginError
+
+    try:
+        return {
+            i: dict(registry.call(plugin, "collectives.launch_env", functools.partial(collectives.launch_env, i, nproc)))
+            for i in range(nproc)
+        }
+    except guard.PluginCallError as exc:
+        if isinstance(exc.cause, AnyDeviceError):
+            raise exc.cause from None
+        raise PluginError(
+            plugin, f"{exc.error} (at {exc.stage})", "Run `anydevice doctor`, or choose another device with ANYDEVICE."
+        ) from exc.cause
 
 
 def _refuse_multi_process_command(args: argparse.Namespace) -> None:
