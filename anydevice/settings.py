@@ -91,8 +91,14 @@ ANYDEVICE_KEEP_AUTOLOAD: Final = Setting(
 )
 ANYDEVICE_CUDA_COMPAT: Final = Setting(
     "ANYDEVICE_CUDA_COMPAT",
-    'Set to 1 to make `import anydevice.cuda_compat` redirect CUDA calls (`.cuda()`, `device="cuda"`, '
-    '`torch.cuda.*`, `torch.autocast("cuda")`, `"nccl"`) to the selected device; `anydevice run --cuda-compat` sets it.',
+    "Set to 1 to run CUDA-written scripts unmodified on the selected device: `ANYDEVICE_CUDA_COMPAT=1 python "
+    "script.py` (a start-up hook installed with anydevice enables it when the script imports torch, also in "
+    "`mp.spawn` children and torchrun ranks). `anydevice run --cuda-compat` sets it.",
+)
+ANYDEVICE_CUDA_COMPAT_REPORT: Final = Setting(
+    "ANYDEVICE_CUDA_COMPAT_REPORT",
+    "With cuda-compat on: a path where each process writes the migration report (every distinct CUDA call and "
+    "what it became) as JSON at exit; ranks other than 0 add `.rank<N>` before the suffix.",
 )
 ANYDEVICE_LAUNCH_PARENT: Final = Setting(
     "ANYDEVICE_LAUNCH_PARENT",
