@@ -144,3 +144,12 @@ def test_xla_overhead_runs_raw_and_anydevice(tmp_path: Path) -> None:
     eager = result["ratio_to_raw"]["eager"]
     assert set(eager) == {"raw torch_xla [eager]", "raw torch_xla (control) [eager]", "anydevice [eager]"}
     assert all(finite_positive(r["median"]) for r in eager.values())
+
+
+def test_cuda_compat_overhead_runs(tmp_path: Path) -> None:
+    out = tmp_path / "cc.json"
+    run("cuda_compat_overhead.py", "--steps", "1", "--rounds", "2", "--warmup", "1", "--discard", "0", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert set(result["ratio_to_hand_port"]) == {"hand port [eager]", "hand port (control) [eager]", "cuda-compat [eager]"}
+    assert all(finite_positive(r["median"]) for r in result["ratio_to_hand_port"].values())
+    assert all(finite_positive(us) for us in result["per_call_us"].values())
