@@ -91,12 +91,19 @@ ANYDEVICE_KEEP_AUTOLOAD: Final = Setting(
 )
 ANYDEVICE_CUDA_COMPAT: Final = Setting(
     "ANYDEVICE_CUDA_COMPAT",
-    'Set to 1 to make `import anydevice.cuda_compat` redirect CUDA calls (`.cuda()`, `device="cuda"`, '
-    '`torch.cuda.*`, `torch.autocast("cuda")`, `"nccl"`) to the selected device; `anydevice run --cuda-compat` sets it.',
+    "Set to 1 to run CUDA-written scripts unmodified on the selected device: `ANYDEVICE_CUDA_COMPAT=1 python "
+    "script.py` (a start-up hook installed with anydevice enables it when the script imports torch, also in "
+    "`mp.spawn` children and torchrun ranks). `anydevice run --cuda-compat` sets it.",
+)
+ANYDEVICE_CUDA_COMPAT_REPORT: Final = Setting(
+    "ANYDEVICE_CUDA_COMPAT_REPORT",
+    "With cuda-compat on: a path where each process writes the migration report (every distinct CUDA call and "
+    "what it became) as JSON at exit; ranks other than 0 add `.rank<N>` before the suffix.",
 )
 ANYDEVICE_LAUNCH_PARENT: Final = Setting(
     "ANYDEVICE_LAUNCH_PARENT",
-    "Set by `anydevice run` in its ranks: the launcher's pid. A rank ends when that process ends (also on kill -9).",
+    "Set by `anydevice run` in its ranks and command: the launcher's pid. A rank ends when that process ends (also on "
+    "kill -9); every process that still carries it when the run ends is ended too.",
 )
 LOCAL_RANK: Final = Setting(
     "LOCAL_RANK", "Set by launchers (torchrun): the rank on this node; picks the device index.", owner="torchrun"

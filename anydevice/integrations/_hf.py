@@ -15,16 +15,15 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import torch
-
     from anydevice.backend import Backend
+
+from anydevice.optimizers import fused_optimizer_supported as fused_optimizer_supported
 
 WATCHED = ("transformers", "accelerate", "diffusers")
 """Libraries that read :func:`environment` at import: too late once one of them is imported."""
 FUSED, UNFUSED = "adamw_torch_fused", "adamw_torch"
 _PATCHED_MODULE = "transformers.training_args"
 _said: set[str] = set()
-_fused_ok: dict[str, bool] = {}
 
 
 def _say(line: str) -> None:
@@ -72,21 +71,6 @@ def apply_environment(backend: Backend | None = None) -> dict[str, str]:
             _say(f"{key}={old} replaced by {key}={value} to follow ANYDEVICE")
         os.environ[key] = value
     return values
-
-
-def fused_optimizer_supported(device: torch.device) -> bool:
-    """Whether ``torch.optim.AdamW(fused=True)`` steps on ``device`` (tried once per device type)."""
-    import torch
-
-    if device.type not in _fused_ok:
-        param = torch.zeros(1, device=device, requires_grad=True)
-        param.grad = torch.zeros_like(param)
-        try:
-            torch.optim.AdamW([param], fused=True).step()
-            _fused_ok[device.type] = True
-        except RuntimeError:  # "`fused=True` requires all the params to be ... Tensors of supported devices"
-            _fused_ok[device.type] = False
-    return _fused_ok[device.type]
 
 
 def fix_optimizer(args: Any) -> None:

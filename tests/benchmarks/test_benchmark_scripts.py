@@ -65,8 +65,16 @@ def test_step_overhead_runs_every_installed_way(tmp_path: Path) -> None:
         else:
             expected.add(f"{peer} [eager]")
     assert set(eager) == expected
-    assert eager["raw torch [eager]"]["median"] == 1.0
-    assert all(finite_positive(r["median"]) for r in eager.values())
+    # each ratio is paired per round against raw torch's time in that round: with two rounds the
+    # product of the two per-round ratios (min * max) is the product of the variant's two times over
+    # the product of raw torch's two, whatever the pairing (the file keeps only each one's spread)
+    times = result["s_per_step"]
+    raw = times["raw torch [eager]"]
+    for name, ratio in eager.items():
+        t = times[name]
+        assert all(finite_positive(t[k]) for k in ("min", "max")) and finite_positive(ratio["median"])
+        assert ratio["min"] * ratio["max"] == pytest.approx(t["min"] * t["max"] / (raw["min"] * raw["max"]), rel=1e-9)
+        assert ratio["median"] == pytest.approx((ratio["min"] + ratio["max"]) / 2)
     assert result["rounds"] == 2 and "loadavg_1_5_15" in result["machine"]
     assert set(result["per_call_us"]) >= {"ad.step", "StepMeter.step"}
 
@@ -136,3 +144,12 @@ def test_xla_overhead_runs_raw_and_anydevice(tmp_path: Path) -> None:
     eager = result["ratio_to_raw"]["eager"]
     assert set(eager) == {"raw torch_xla [eager]", "raw torch_xla (control) [eager]", "anydevice [eager]"}
     assert all(finite_positive(r["median"]) for r in eager.values())
+
+
+def test_cuda_compat_overhead_runs(tmp_path: Path) -> None:
+    out = tmp_path / "cc.json"
+    run("cuda_compat_overhead.py", "--steps", "1", "--rounds", "2", "--warmup", "1", "--discard", "0", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert set(result["ratio_to_hand_port"]) == {"hand port [eager]", "hand port (control) [eager]", "cuda-compat [eager]"}
+    assert all(finite_positive(r["median"]) for r in result["ratio_to_hand_port"].values())
+    assert all(finite_positive(us) for us in result["per_call_us"].values())

@@ -58,13 +58,49 @@ def last_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return row
 
 
+def close(got: list[float], want: list[float], tol: float = 1e-3) -> bool:
+    return len(got) == len(want) > 0 and all(abs(a - b) <= tol for a, b in zip(got, want))
+
+
 def test_cuda_tutorial_runs_unmodified_on_xla() -> None:
     compat = run(["-m", "anydevice", "run", "--cuda-compat", str(SCRIPTS / "tutorial.py")], ANYDEVICE="xla")
     by_hand = run([str(SCRIPTS / "tutorial_xla.py")])
     got, want = last_json(compat), last_json(by_hand)
-    assert got["device"] == "xla:0" and got["losses"] == want["losses"]
-    assert "anydevice: cuda-compat: CUDA calls run on xla (xla:0)" in compat.stderr
-    assert "torch.cuda.max_memory_allocated(): the PJRT CPU runtime reports no memory statistics" in compat.stderr
+    assert got["device"] == "xla:0" and close(got["losses"], want["losses"])
+    assert "anydevice: cuda-compat is active: CUDA calls run on xla (xla:0)" in compat.stderr
+    assert "torch.cuda.max_memory_allocated() -> 0 (the PJRT CPU runtime reports no memory statistics" in compat.stderr
+
+
+def test_gpt_script_runs_unmodified_on_xla_on_a_cuda_build_of_torch(tmp_path: Path) -> None:
+    """The XLA lane's torch is a CUDA build without a GPU: nothing may reach CUDA's driver (AdamW, pin_memory, GPU checkpoint)."""
+    from tests.cuda_compat.gpu_checkpoint import gpt_state, save_as_gpu
+
+    checkpoint = save_as_gpu(gpt_state(), tmp_path / "gpu.pt")
+    report = tmp_path / "report.json"
+    compat = run(
+        [str(SCRIPTS / "gpt_cuda.py"), f"--init={checkpoint}"],
+        ANYDEVICE="xla",
+        ANYDEVICE_CUDA_COMPAT="1",
+        ANYDEVICE_CUDA_COMPAT_REPORT=str(report),
+    )
+    by_hand = run([str(SCRIPTS / "gpt_port.py"), "--device=xla", f"--init={checkpoint}"])
+    got, want = last_json(compat), last_json(by_hand)
+    assert got["device"] == "xla:0" and close(got["losses"], want["losses"]), (got, want)
+    assert "CUDA driver" not in compat.stderr and "NVIDIA" not in compat.stderr
+    assert compat.stderr.count("AdamW(fused=True) has no fused kernel on xla") == 1
+    calls = {row["call"]: row for row in json.loads(report.read_text())["calls"]}
+    assert calls["optimizer.step()"]["kind"] == "redirected"  # a step boundary at every optimizer step
+    assert calls["Tensor.pin_memory()"]["kind"] == "answered neutrally"
+    assert calls["torch.load(<GPU checkpoint>)"]["outcome"] == "xla:0"
+
+
+def test_loader_script_with_torch_accelerator_and_pinned_loader_on_xla() -> None:
+    compat = run([str(SCRIPTS / "loader_cuda.py")], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1")
+    by_hand = run([str(SCRIPTS / "loader_port.py"), "--device=xla"])
+    got, want = last_json(compat), last_json(by_hand)
+    assert got["device"] == "xla:0" and got["reported"] == "xla"  # torch.accelerator names the real device
+    assert close(got["losses"], want["losses"]), (got, want)
+    assert "CUDA driver" not in compat.stderr
 
 
 def test_device_module_and_generator_on_xla() -> None:
@@ -128,3 +164,51 @@ def test_main_job_does_not_warn() -> None:
     row = last_json(done)
     assert row["steps"] == 30
     assert "RecompileWarning" not in done.stderr and "compiled a new" not in done.stderr
+
+
+def test_whole_model_saved_on_xla_loads_back_under_cuda_compat(tmp_path: Path) -> None:
+    """word_language_model's pattern: torch.save(model) on the device, torch.load(f) with no map_location."""
+    code = f"""
+import torch
+model = torch.nn.Linear(3, 2).cuda()
+with open({str(tmp_path / "model.pt")!r}, "wb") as f:
+    torch.save(model, f)
+with open({str(tmp_path / "model.pt")!r}, "rb") as f:
+    back = torch.load(f, weights_only=False)
+print("ok", back.weight.device, torch.equal(back.weight.cpu(), model.weight.cpu()))
+"""
+    done = run(["-c", code], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-3:] == ["ok", "xla:0", "True"]
+
+
+def test_backward_passes_piling_up_without_a_step_boundary_warn_once() -> None:
+    code = """
+import torch
+model = torch.nn.Linear(4, 1).cuda()
+for _ in range(20):  # gradients accumulate, no optimizer.step(): one ever-growing graph
+    model(torch.randn(2, 4, device="cuda")).sum().backward()
+torch.cuda.synchronize()
+print("ok")
+"""
+    done = run(["-c", code], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1", ANYDEVICE_QUIET="")
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    assert done.stderr.count("16 backward passes were traced into one xla graph without a step boundary") == 1
+
+
+def test_gpt_script_on_the_cpu_of_a_cuda_build_reaches_no_cuda_driver() -> None:
+    """ANYDEVICE=cpu on torch 2.9.0+cu128 without a GPU: fused AdamW, pin_memory, events never reach CUDA's own functions."""
+    compat = run([str(SCRIPTS / "gpt_cuda.py")], ANYDEVICE="cpu", ANYDEVICE_CUDA_COMPAT="1")
+    by_hand = run([str(SCRIPTS / "gpt_port.py"), "--device=cpu"], ANYDEVICE="cpu")
+    got, want = last_json(compat), last_json(by_hand)
+    assert got["device"] == "cpu" and close(got["losses"], want["losses"], 1e-5), (got, want)
+    assert "CUDA driver" not in compat.stderr and "NVIDIA" not in compat.stderr
+
+
+@pytest.mark.slow
+def test_gpt_script_with_torch_compile_on_xla() -> None:
+    compat = run([str(SCRIPTS / "gpt_cuda.py"), "--compile=1", "--steps=3"], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1")
+    by_hand = run([str(SCRIPTS / "gpt_port.py"), "--device=xla", "--compile=1", "--steps=3"])
+    got, want = last_json(compat), last_json(by_hand)
+    assert close(got["losses"], want["losses"]), (got, want)
+    assert "torch.compile() -> backend='openxla'" in compat.stderr or "openxla" in compat.stderr

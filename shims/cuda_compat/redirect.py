@@ -1,0 +1,304 @@
+"""The device half of cuda-compat: ``"cuda"`` devices, ``.cuda()``, ``torch.load`` of GPU checkpoints.
+
+:class:`Redirect` holds what every patch needs (the selected backend, its device module, the
+migration report, the undo list) and maps CUDA devices to the selected one:
+``"cuda"``, ``"cuda:i"``, ``torch.device("cuda", i)`` and ``device=i`` in the factory functions
+(:data:`FACTORIES`), ``Tensor.to``/``new_*``, ``Module.to``/``to_empty``, ``.cuda()``. ``cuda:i`` is the
+process's own device when ``i`` is its local rank (``cuda:LOCAL_RANK``), else index ``i``.
+``torch.device("cuda")`` itself stays a CUDA device object (it is a C type): what a script prints
+for it is "cuda", while every tensor made with it reports the real device.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from anydevice.shims.common import local_rank
+from anydevice.shims.cuda_compat.patches import Patches
+from anydevice.shims.cuda_compat.report import NEUTRAL, REDIRECTED, MigrationReport
+
+if TYPE_CHECKING:
+    from anydevice.backend import Backend
+
+FACTORIES = (
+    "tensor", "as_tensor", "asarray", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
+    "arange", "range", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like",
+    "rand_like", "randn_like", "randint_like", "empty_strided", "empty_permuted", "normal", "tril_indices",
+    "triu_indices", "scalar_tensor", "sparse_coo_tensor", "sparse_csr_tensor", "frombuffer", "from_file",
+    "hann_window", "hamming_window", "bartlett_window", "blackman_window", "kaiser_window", "set_default_device",
+)  # fmt: skip
+"""``torch.*`` functions whose ``device=`` is redirected."""
+TENSOR_METHODS = ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros")
+INTERNAL = ("torch.", "torch_xla.", "anydevice.")
+"""Module-name prefixes of callers that get torch's truthful answer (no CUDA here), not the device's."""
+
+
+def called_from_torch(depth: int = 2) -> bool:
+    """Whether the caller ``depth`` frames up is torch's (or torch_xla's, anydevice's) own code: one frame read."""
+    name: str = sys._getframe(depth).f_globals.get("__name__", "")
+    return name.startswith(INTERNAL) or name in ("torch", "torch_xla")
+
+
+def _unsupported(device: str) -> Mapping[str, str]:
+    """The features ``device``'s plugin declares unsupported (``DeviceSpec.unsupported``)."""
+    from anydevice.registry import get_registry
+
+    try:
+        return get_registry().get(device).spec.unsupported
+    except Exception:
+        return {}
+
+
+def _tell(f: Any) -> int | None:
+    return int(f.tell()) if hasattr(f, "seek") and hasattr(f, "tell") else None
+
+
+def _seek(f: Any, where: int | None) -> None:
+    if where is not None:
+        f.seek(where)
+
+
+class Redirect:
+    """State shared by the cuda-compat patches for one selected backend."""
+
+    def __init__(self, backend: Backend, device_module: Any) -> None:
+        self.backend = backend
+        self.placement = backend.shims.placement
+        self.module = device_module
+        self.target: torch.device = self.placement.device()
+        self.name = backend.name
+        self.lazy = backend.compilations is not None  # a graph is built and compiled per step (lazy devices)
+        collectives = backend.shims.collectives
+        self.dist_backend: str = collectives.backend
+        self.init_method: str = collectives.init_method
+        self.host = self.target.index is None  # the device is the host CPU (no index; plugins declare host=True)
+        self.indexed = not (self.host or self.lazy)  # takes device ids (DDP, init_process_group)
+        self.pinned_memory = not self.host and "pin_memory" not in _unsupported(backend.name)
+        self.report = MigrationReport(backend.name if str(self.target) == backend.name else f"{backend.name} ({self.target})")
+        self.patches = Patches()
+        self._said: set[str] = set()
+        self.local_rank = local_rank()
+
+    # -- messages ----------------------------------------------------------------------------------
+    def notice(self, line: str) -> None:
+        """One stderr line, once per process (rank 0; ``ANYDEVICE_QUIET=1`` silences it)."""
+        from anydevice import settings
+
+        if line in self._said:
+            return
+        self._said.add(line)
+        if not settings.ANYDEVICE_QUIET.flag() and (settings.RANK.get() or "0") == "0":
+            sys.stderr.write(f"anydevice: cuda-compat: {line}\n")
+
+    def neutral(self, call: str, value: Any, why: str) -> Any:
+        """Record ``call`` as answered neutrally with ``value`` and return it."""
+        self.report.add(call, NEUTRAL, f"{value!r} ({why})")
+        return value
+
+    # -- devices ---------------------------------------------------------------------------------
+    def device(self, value: Any, ints: bool = False, call: str = "device='cuda'") -> Any:
+        """``value`` with a CUDA device replaced by the selected one; anything else unchanged."""
+        if isinstance(value, str):
+            if value == "cuda" or value.startswith("cuda:"):
+                self.report.add(call, REDIRECTED, str(self.target))
+                return self.device_at(torch.device(value).index)
+        elif isinstance(value, torch.device):
+            if value.type == "cuda":
+                self.report.add(call, REDIRECTED, str(self.target))
+                return self.device_at(value.index)
+        elif ints and isinstance(value, int) and not isinstance(value, bool):
+            self.report.add(call, REDIRECTED, str(self.target))
+            return self.device_at(value)
+        elif isinstance(value, dict):  # map_location={"cuda:1": "cuda:0"}
+            return {self.device(k, call=call): self.device(v, call=call) for k, v in value.items()}
+        return value
+
+    def device_at(self, index: int | None) -> torch.device:
+        """The selected device for CUDA index ``index`` (None: the current one)."""
+        if index is None:
+            index = int(self.module.current_device())
+        if index == self.local_rank:
+            return self.target  # cuda:LOCAL_RANK is this process's own device
+        return self.placement.device(index)
+
+    def device_type(self, value: Any) -> Any:
+        """``"cuda"`` -> the selected device's type (for autocast and GradScaler)."""
+        return self.target.type if value == "cuda" else value
+
+    def _devices(self, fn: Callable[..., Any], label: str, ints: bool) -> Callable[..., Any]:
+        device = self.device
+        call = f"{label}(device='cuda')"
+
+        torch_device = torch.device
+        maybe = (str, dict, int) if ints else (str, dict)
+
+        @functools.wraps(fn)
+        def redirected(*args: Any, **kwargs: Any) -> Any:
+            for a in args:  # inline: the common case (a tensor, a CPU/XLA device, a dtype) rewrites nothing
+                kind = a.__class__
+                if (kind is torch_device and a.type == "cuda") or kind in maybe:
+                    args = tuple([device(a, ints, call) for a in args])
+                    break
+            if kwargs and "device" in kwargs:
+                kwargs["device"] = device(kwargs["device"], True, call)
+            return fn(*args, **kwargs)
+
+        return redirected
+
+    def install_devices(self) -> None:
+        """Factories, ``Tensor.to``/``new_*``, ``Module.to``/``to_empty``, ``.cuda()``, ``torch.load``."""
+        patch = self.patches.set
+        for name in FACTORIES:
+            if hasattr(torch, name):
+                patch(torch, name, self._devices(getattr(torch, name), f"torch.{name}", ints=False))
+        for name in TENSOR_METHODS:
+            patch(torch.Tensor, name, self._devices(getattr(torch.Tensor, name), f"Tensor.{name}", ints=False))
+        patch(torch.Tensor, "to", self._devices(torch.Tensor.to, "Tensor.to", ints=True))
+        patch(torch.nn.Module, "to", self._devices(torch.nn.Module.to, "Module.to", ints=True))
+        patch(torch.nn.Module, "to_empty", self._devices(torch.nn.Module.to_empty, "Module.to_empty", ints=True))
+        self._dot_cuda()
+        patch(torch, "load", self._load(torch.load))
+        self._storages()
+        self._default_tensor_type()
+        patch(torch, "Generator", _generator_type(self))
+
+    def _storages(self) -> None:
+        """``storage.cuda()`` (``map_location=lambda s, loc: s.cuda()``): the device, or host memory where storages cannot be."""
+        redirect = self
+        via_host = self.lazy or self.host
+
+        def storage_cuda(self: Any, device: Any = None, non_blocking: bool = False) -> Any:
+            redirect.report.add("Storage.cuda()", REDIRECTED, "host memory" if via_host else str(redirect.target))
+            return self if via_host else self.to(device=redirect.target, non_blocking=non_blocking)
+
+        for owner in (torch.storage._StorageBase, torch.TypedStorage):
+            self.patches.set(owner, "cuda", storage_cuda)
+
+    def _default_tensor_type(self) -> None:
+        """``torch.set_default_tensor_type("torch.cuda.FloatTensor")``: that dtype on the selected device."""
+        original = torch.set_default_tensor_type
+        redirect = self
+
+        @functools.wraps(original)
+        def set_default_tensor_type(t: Any) -> None:
+            name = t if isinstance(t, str) else f"{getattr(t, '__module__', '')}.{getattr(t, '__name__', '')}"
+            if not name.startswith("torch.cuda."):
+                return original(t)
+            redirect.report.add(f"torch.set_default_tensor_type({name!r})", REDIRECTED, str(redirect.target))
+            original(f"torch.{name.removeprefix('torch.cuda.')}")
+            torch.set_default_device(redirect.target)
+
+        self.patches.set(torch, "set_default_tensor_type", set_default_tensor_type)
+
+    def _dot_cuda(self) -> None:
+        to = torch.Tensor.to
+        redirect = self
+        target = str(self.target)
+
+        def tensor_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> torch.Tensor:
+            redirect.report.add("Tensor.cuda()", REDIRECTED, target)
+            where = redirect.device_at(None) if device is None else redirect.device(device, True, "Tensor.cuda()")
+            return to(self, where, non_blocking=non_blocking, **kwargs)
+
+        def module_cuda(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
+            redirect.report.add("Module.cuda()", REDIRECTED, target)
+            return self.to(redirect.device_at(None) if device is None else redirect.device(device, True, "Module.cuda()"))
+
+        self.patches.set(torch.Tensor, "cuda", tensor_cuda)
+        self.patches.set(torch.nn.Module, "cuda", module_cuda)
+
+    def _load(self, load: Callable[..., Any]) -> Callable[..., Any]:
+        """``torch.load``: CUDA-tagged storages (a GPU checkpoint) land on the selected device, ``map_location`` or not."""
+        redirect = self
+
+        @functools.wraps(load)
+        def load_redirected(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+            mapped = redirect.device(map_location, call="torch.load(map_location='cuda')")
+            if map_location is None:
+                where = _tell(f)
+                try:
+                    return load(f, None, *args, **kwargs)  # no cost unless the file holds CUDA storages
+                except RuntimeError as exc:
+                    if "CUDA" not in str(exc):
+                        raise
+                _seek(f, where)
+                return redirect.load_gpu_checkpoint(load, f, None, args, kwargs)
+            if isinstance(map_location, dict) or mapped == map_location:
+                return load(f, mapped, *args, **kwargs)
+            where = _tell(f)
+            try:
+                return redirect.load_gpu_checkpoint(load, f, map_location, args, kwargs)
+            except RuntimeError as exc:  # tensors saved by a device's own rebuild take a device, not a function
+                if "Callable map_location" not in str(exc):
+                    raise
+            _seek(f, where)
+            return load(f, str(redirect.target), *args, **kwargs)
+
+        return load_redirected
+
+    def load_gpu_checkpoint(self, load: Callable[..., Any], f: Any, asked: Any, args: Any, kwargs: Any) -> Any:
+        """Load with CUDA locations mapped to the selected device (via the host where storages cannot live there)."""
+        from torch.serialization import default_restore_location as default
+
+        default_restore_location: Callable[[Any, str], Any] = default
+
+        target, via_host = self.target, self.lazy or self.host
+        gpu_storages: set[int] = set()
+        wanted = None if asked is None else self.device(asked)
+
+        def restore(storage: Any, location: str) -> Any:
+            if not location.startswith("cuda"):
+                if wanted is None:
+                    return None  # torch's default: where it was saved (the host)
+            else:
+                self.report.add("torch.load(<GPU checkpoint>)", REDIRECTED, str(target))
+            if via_host:
+                gpu_storages.add(storage.data_ptr())
+                return storage  # read into host memory: XLA tensors have no storage to restore into
+            return default_restore_location(storage, str(target))
+
+        result = load(f, restore, *args, **kwargs)
+        if gpu_storages and not self.host:
+            from torch.utils._pytree import tree_map_only
+
+            def move(t: torch.Tensor) -> torch.Tensor:
+                return t.to(target) if t.untyped_storage().data_ptr() in gpu_storages else t
+
+            result = tree_map_only(torch.Tensor, move, result)
+        return result
+
+    def restore(self) -> None:
+        """Undo every patch."""
+        self.patches.restore()
+
+
+def _generator_type(redirect: Redirect) -> type:
+    """``torch.Generator`` that makes ``Generator(device="cuda")`` on the selected device (the host on lazy devices).
+
+    Its instances are torch's own generators, and ``isinstance(g, torch.Generator)`` holds for every generator.
+    """
+    native = torch._C.Generator
+    where = torch.device("cpu") if redirect.lazy else redirect.target  # XLA has no device generators
+
+    class GeneratorType(type):
+        def __instancecheck__(cls, obj: object) -> bool:
+            return isinstance(obj, native)
+
+        def __subclasscheck__(cls, other: type) -> bool:
+            return issubclass(other, native)
+
+        def __call__(cls, device: Any = "cpu") -> Any:
+            mapped = redirect.device(device, call="torch.Generator(device='cuda')")
+            if mapped is not device:
+                mapped = where
+            return native(device=mapped)
+
+        def __getattr__(cls, name: str) -> Any:
+            return getattr(native, name)
+
+    return GeneratorType("Generator", (), {"__module__": "torch", "__doc__": native.__doc__})

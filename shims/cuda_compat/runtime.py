@@ -1,0 +1,208 @@
+"""The training-loop half of cuda-compat: pinned memory, optimizers, step boundaries, compile, amp, ``"nccl"``.
+
+* **Pinned memory** where the device has none (cpu; devices that declare ``pin_memory`` unsupported,
+  e.g. xla): ``Tensor.pin_memory()`` returns the tensor, ``is_pinned()`` is False and
+  ``DataLoader(pin_memory=True)`` does not pin; one notice says so.
+* **Fused optimizers** the device has no kernel for (``AdamW(fused=True)`` on xla) are built unfused, one notice.
+* **Lazy devices** (xla): a step boundary (``ad.step()``) after every ``optimizer.step()``, whatever the
+  script does; a warning when backward passes pile up in one graph without a boundary.
+* **torch.compile** without ``backend=`` on a lazy device uses the device's compile backend (openxla).
+* **amp**: ``torch.autocast("cuda")``, ``torch.cuda.amp``, ``GradScaler("cuda")`` -> the device's type.
+* **distributed**: ``init_process_group("nccl")`` -> the device's backend; DDP ``device_ids`` where it takes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from anydevice.shims.cuda_compat.redirect import Redirect
+from anydevice.shims.cuda_compat.report import REDIRECTED
+
+AUTOCAST_QUERIES = ("get_autocast_dtype", "is_autocast_enabled")
+PILE_UP = 16
+"""Backward passes traced without a step boundary before the lazy-device warning."""
+
+
+def install_pinned_memory(r: Redirect) -> None:
+    """``pin_memory`` is a no-op (one notice) where the device has no pinned host memory."""
+    if r.pinned_memory:
+        return
+    why = f"{r.name} has no pinned host memory"
+    said = f"{why}: Tensor.pin_memory() returns the tensor itself and DataLoader(pin_memory=True) does not pin."
+
+    def pin_memory(self: torch.Tensor, device: Any = None) -> torch.Tensor:
+        r.notice(said)
+        r.neutral("Tensor.pin_memory()", "the tensor itself", why)
+        return self
+
+    def is_pinned(self: torch.Tensor, device: Any = None) -> bool:
+        return bool(r.neutral("Tensor.is_pinned()", False, why))
+
+    r.patches.set(torch.Tensor, "pin_memory", pin_memory)
+    r.patches.set(torch.Tensor, "is_pinned", is_pinned)
+    from torch.utils.data import DataLoader
+
+    init = DataLoader.__init__
+    position = list(inspect.signature(init).parameters).index("pin_memory") - 1  # without self
+
+    @functools.wraps(init)
+    def loader_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+        elif len(args) > position and args[position]:
+            args = (*args[:position], False, *args[position + 1 :])
+        else:
+            return init(self, *args, **kwargs)
+        r.notice(said)
+        r.neutral("DataLoader(pin_memory=True)", "pin_memory=False", why)
+        kwargs.pop("pin_memory_device", None)
+        return init(self, *args, **kwargs)
+
+    r.patches.set(DataLoader, "__init__", loader_init)
+
+
+def install_optimizers(r: Redirect) -> None:
+    """Fused options the device rejects are dropped; lazy devices get a step boundary per optimizer step."""
+    from anydevice import optimizers
+
+    for cls in vars(torch.optim).values():
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)) or "__init__" not in vars(cls):
+            continue
+        if "fused" not in inspect.signature(cls.__init__).parameters:
+            continue
+        r.patches.set(cls, "__init__", _unfused(r, cls, cls.__init__, optimizers))
+    if r.lazy:
+        _step_boundaries(r)
+
+
+def _unfused(r: Redirect, cls: type, init: Any, optimizers: Any) -> Any:
+    name = cls.__name__
+
+    @functools.wraps(init)
+    def optimizer_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        trial = r.target.type in optimizers.trying  # the support check's own fused step
+        if kwargs.get("fused") and not trial and not optimizers.fused_optimizer_supported(r.target):
+            kwargs["fused"] = None
+            r.notice(f"{name}(fused=True) has no fused kernel on {r.name}: using {name}'s default implementation.")
+            r.report.add(f"torch.optim.{name}(fused=True)", REDIRECTED, f"{name}(fused=None): no fused kernel on {r.name}")
+        init(self, *args, **kwargs)
+
+    return optimizer_init
+
+
+def _step_boundaries(r: Redirect) -> None:
+    """``ad.step()`` after every ``optimizer.step()``; warn once when backward passes pile up without one."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    placement = r.placement
+    pending = [0]
+
+    def boundary(optimizer: Any, args: Any, kwargs: Any) -> None:
+        pending[0] = 0
+        r.report.add("optimizer.step()", REDIRECTED, f"then ad.step(): {r.name} runs the traced step as one graph")
+        placement.step()
+
+    r.patches.handles.append(register_optimizer_step_post_hook(boundary))
+    backward: Callable[..., None] = torch.Tensor.backward
+
+    @functools.wraps(backward)
+    def counted_backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        pending[0] += 1
+        if pending[0] == PILE_UP:
+            r.notice(
+                f"{PILE_UP} backward passes were traced into one {r.name} graph without a step boundary (no optimizer.step() "
+                "between them); a graph this large compiles slowly and can exhaust memory. Call torch.cuda.synchronize() "
+                "or ad.step() where a step ends."
+            )
+        backward(self, *args, **kwargs)
+
+    r.patches.set(torch.Tensor, "backward", counted_backward)
+
+
+def install_compile(r: Redirect) -> None:
+    """``torch.compile`` without ``backend=`` on a lazy device: the device's compile backend."""
+    backend = getattr(r.backend.shims.compilation, "backend", None)
+    if not r.lazy or not isinstance(backend, str):
+        return
+    compile_ = torch.compile
+
+    @functools.wraps(compile_)
+    def compile_on_device(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if "backend" not in kwargs and len(args) < 2:
+            kwargs["backend"] = backend
+            kwargs.setdefault("dynamic", False)
+            r.report.add("torch.compile()", REDIRECTED, f"backend={backend!r} (the {r.name} compiler)")
+        return compile_(model, *args, **kwargs)
+
+    r.patches.set(torch, "compile", compile_on_device)
+
+
+def install_amp(r: Redirect) -> None:
+    """``autocast("cuda")``, ``torch.cuda.amp``, ``GradScaler("cuda")`` and the autocast queries -> the device's type."""
+    autocast = torch.amp.autocast_mode.autocast
+    autocast_init = autocast.__init__
+    target = r.target.type
+
+    def autocast_init_redirected(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
+        if device_type == "cuda":
+            r.report.add("torch.autocast('cuda')", REDIRECTED, f"torch.autocast({target!r})")
+        autocast_init(self, r.device_type(device_type), *args, **kwargs)
+
+    r.patches.set(autocast, "__init__", functools.wraps(autocast_init)(autocast_init_redirected))
+    scaler = torch.amp.grad_scaler.GradScaler
+    scaler_init = scaler.__init__
+
+    def scaler_init_redirected(self: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
+        if device == "cuda":
+            r.report.add("GradScaler('cuda')", REDIRECTED, f"GradScaler({target!r})")
+        scaler_init(self, r.device_type(device), *args, **kwargs)
+
+    r.patches.set(scaler, "__init__", functools.wraps(scaler_init)(scaler_init_redirected))
+    for name in AUTOCAST_QUERIES:
+        query = getattr(torch, name)
+
+        def mapped_query(*args: Any, _query: Any = query, **kwargs: Any) -> Any:
+            return _query(*(r.device_type(a) for a in args), **kwargs)
+
+        r.patches.set(torch, name, functools.wraps(query)(mapped_query))
+
+
+def install_distributed(r: Redirect) -> None:
+    """``init_process_group("nccl")`` -> the device's backend; DDP ``device_ids`` -> what the device takes."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    init = dist.init_process_group
+
+    @functools.wraps(init)
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        asked = args[0] if args else kwargs.get("backend")
+        if isinstance(asked, str) and "nccl" in asked.lower():
+            r.report.add(f"init_process_group({asked!r})", REDIRECTED, repr(r.dist_backend))
+            args, kwargs = args[1:], {**kwargs, "backend": r.dist_backend}
+            if r.init_method != "env://" and "store" not in kwargs:
+                kwargs.setdefault("init_method", r.init_method)
+        if "device_id" in kwargs:
+            kwargs["device_id"] = r.device(kwargs["device_id"], ints=True) if r.indexed else None
+        init(*args, **kwargs)
+
+    r.patches.set(dist, "init_process_group", init_process_group)
+    r.patches.set(dist, "is_nccl_available", lambda: bool(dist.is_backend_available(r.dist_backend)))
+    ddp_init = DistributedDataParallel.__init__
+
+    def ddp_init_redirected(
+        self: Any, module: Any, device_ids: Any = None, output_device: Any = None, *args: Any, **kwargs: Any
+    ) -> None:
+        if device_ids is not None:
+            r.report.add("DistributedDataParallel(device_ids=...)", REDIRECTED, "the device's ids" if r.indexed else "None")
+            device_ids = [r.device(d, ints=True) for d in device_ids] if r.indexed else None
+        if output_device is not None:
+            output_device = r.device(output_device, ints=True) if r.indexed else None
+        ddp_init(self, module, device_ids, output_device, *args, **kwargs)
+
+    r.patches.set(DistributedDataParallel, "__init__", functools.wraps(ddp_init)(ddp_init_redirected))

@@ -1,0 +1,371 @@
+"""``torch.cuda.*`` and ``torch.accelerator.*`` under cuda-compat: every public name is decided here.
+
+Each public ``torch.cuda`` name becomes exactly one of:
+
+* **mapped** to ``ad.device_module()`` (:data:`MAPPED`, :data:`ALIASES`), or to torch's CPU RNG on cpu;
+* **answered neutrally** with the value that is true on the device (:data:`NEUTRAL`:
+  ``is_current_stream_capturing() -> False``, ``get_arch_list() -> []``; memory counters the device does
+  not keep -> 0); ``make_graphed_callables`` returns the callables; ``nvtx`` ranges do nothing;
+* a **class** that stays a class (``Event``, ``Stream``, ``device``, legacy ``FloatTensor``: see
+  :mod:`~anydevice.shims.cuda_compat.host_types`);
+* **refused**: :class:`~anydevice.errors.UnsupportedDeviceFunctionError` naming the call and the device.
+
+CUDA's own implementation is never called. Every function answers per caller (one frame read): torch's
+own code (optimizers, DataLoader, dynamo, inductor, serialization, autocast) is told the truth, as on a
+torch without CUDA (:data:`TRUTHFUL`, seeds queued and dropped, otherwise :class:`CudaAbsentError`, a
+``RuntimeError``), so it never takes a CUDA-only path; the script and its libraries get the above.
+``torch.accelerator`` is answered the same way, so a script that asks it for "the accelerator" gets
+the selected device. Exceptions (``torch.cuda.OutOfMemoryError``) are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from anydevice.errors import UnsupportedDeviceFunctionError
+from anydevice.shims.cuda_compat.host_types import HostQueue, host_types, legacy_tensor_types, refused_type
+from anydevice.shims.cuda_compat.redirect import Redirect, called_from_torch
+from anydevice.shims.cuda_compat.report import REDIRECTED, REFUSED
+
+TRUTHFUL = {"is_available": False, "device_count": 0, "is_initialized": False, "is_current_stream_capturing": False}
+"""What torch's own code is told (CUDA is absent); the script gets the device's answer."""
+MAPPED = (
+    "is_available", "device_count", "current_device", "set_device", "synchronize", "manual_seed", "manual_seed_all",
+    "get_device_name", "get_device_properties", "memory_stats", "memory_allocated", "max_memory_allocated",
+    "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "init", "is_bf16_supported",
+)  # fmt: skip
+"""``torch.cuda`` names answered by ``ad.device_module()``."""
+ALIASES = {
+    "memory_cached": "memory_reserved",
+    "max_memory_cached": "max_memory_reserved",
+    "reset_max_memory_allocated": "reset_peak_memory_stats",
+    "reset_max_memory_cached": "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats": "reset_peak_memory_stats",
+}
+"""Deprecated ``torch.cuda`` names -> the device module function they mean."""
+COUNTERS: dict[str, Any] = {
+    "memory_allocated": 0,
+    "max_memory_allocated": 0,
+    "memory_reserved": 0,
+    "max_memory_reserved": 0,
+    "memory_stats": {},
+    "reset_peak_memory_stats": None,
+}
+"""What a memory counter the device does not keep answers (nothing is allocated through CUDA)."""
+NEUTRAL: dict[str, tuple[Any, str]] = {
+    "is_current_stream_capturing": (False, "no CUDA graph is ever captured"),
+    "is_tf32_supported": (False, "TF32 is a CUDA format"),
+    "get_arch_list": ([], "no CUDA architectures"),
+    "get_gencode_flags": ("", "no CUDA architectures"),
+    "can_device_access_peer": (False, "no CUDA peers"),
+    "get_sync_debug_mode": (0, "CUDA sync debugging is off"),
+    "set_sync_debug_mode": (None, "CUDA sync debugging has nothing to watch"),
+    "ipc_collect": (None, "no CUDA IPC memory"),
+    "set_per_process_memory_fraction": (None, "no CUDA allocator to limit"),
+    "memory_stats_as_nested_dict": ({}, "no CUDA allocator statistics"),
+}
+"""``torch.cuda`` functions with a value that is true on any non-CUDA device: (value, why)."""
+RNG_CPU: dict[str, Callable[..., Any]] = {
+    "seed": torch.seed,
+    "seed_all": torch.seed,
+    "initial_seed": torch.initial_seed,
+    "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+    "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
+    "get_rng_state_all": lambda: [torch.get_rng_state()],
+    "set_rng_state_all": lambda new_states: torch.set_rng_state(new_states[0]),
+}
+"""On cpu the CUDA generator's job is the CPU generator's."""
+STREAM_FUNCTIONS = ("current_stream", "default_stream", "stream", "set_stream")
+REFUSED_TYPES = {
+    "CUDAGraph": "CUDA graphs capture CUDA kernels; run the callable itself",
+    "graph": "CUDA graphs capture CUDA kernels; run the code inside it directly",
+    "MemPool": "no CUDA caching allocator",
+    "CUDAPluggableAllocator": "no CUDA caching allocator",
+    "GreenContext": "no CUDA streaming multiprocessors",
+    "cudaStatus": "no CUDA runtime",
+}
+REASONS = {
+    "get_device_capability": "there is no CUDA compute capability; ask torch.cuda.is_bf16_supported() for bf16",
+    "mem_get_info": "the device reports no free/total memory pair",
+}
+NVTX = {"range_push": 0, "range_pop": 0, "range_start": 0, "range_end": None, "mark": None}
+
+
+def _cuda_names() -> dict[str, Any]:
+    """Public ``torch.cuda`` names defined by torch.cuda itself (not typing helpers, not submodules)."""
+    names = {}
+    for name, value in vars(torch.cuda).items():
+        if name.startswith("_") or inspect.ismodule(value) or not callable(value):
+            continue
+        if isinstance(value, type) and issubclass(value, BaseException):
+            continue  # `except torch.cuda.OutOfMemoryError:` keeps working
+        if str(getattr(value, "__module__", "")).startswith("torch.cuda") or name in REFUSED_TYPES:
+            names[name] = value
+    return names
+
+
+def install_torch_cuda(r: Redirect) -> None:
+    """Replace every public ``torch.cuda`` function and class (see the module docstring)."""
+    cuda, patch = torch.cuda, r.patches.set
+    done: set[str] = set()
+
+    def put(name: str, value: Any) -> None:
+        patch(cuda, name, value if isinstance(value, type) else _per_caller(name, value))
+        done.add(name)
+
+    for name in MAPPED:
+        if name not in TRUTHFUL:
+            put(name, _mapped(r, f"torch.cuda.{name}()", name))
+    for name, target in ALIASES.items():
+        put(name, _mapped(r, f"torch.cuda.{name}()", target))
+    for name in TRUTHFUL:
+        put(name, _device_answer(r, name))
+    for name, (value, why) in NEUTRAL.items():
+        if name not in done:
+            put(name, _neutral(r, name, value, why))
+    if r.host:
+        for name, fn in RNG_CPU.items():
+            put(name, _counted(r, name, fn, "the CPU generator"))
+    put("make_graphed_callables", _graphed(r))
+    _streams(r, put)
+    for name, cls in legacy_tensor_types(r.target).items():
+        put(name, cls)
+    for name, reason in REFUSED_TYPES.items():
+        if hasattr(cuda, name):
+            put(name, refused_type(name, r.name, reason))
+    for name, value in sorted(_cuda_names().items()):
+        if name in done:
+            continue
+        if isinstance(value, type):
+            put(name, refused_type(name, r.name, "a CUDA-only type"))
+        else:
+            put(name, _refused(r, name))
+    _nvtx(r)
+
+
+def _mapped(r: Redirect, call: str, target: str) -> Callable[..., Any]:
+    """``call`` answered by the device module's ``target``; a memory counter it lacks answers :data:`COUNTERS`."""
+    fn = getattr(r.module, target)
+    where = f"ad.device_module().{target}() on {r.name}"
+
+    def mapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            value = fn(*args, **kwargs)
+        except UnsupportedDeviceFunctionError as exc:
+            if target not in COUNTERS:
+                r.report.add(call, REFUSED, str(exc))
+                raise
+            fallback = COUNTERS[target]
+            return r.neutral(call, dict(fallback) if isinstance(fallback, dict) else fallback, exc.reason)
+        r.report.add(call, REDIRECTED, where)
+        return value
+
+    return functools.wraps(fn)(mapped) if callable(fn) else mapped
+
+
+class CudaAbsentError(RuntimeError):
+    """What torch's own code gets from a ``torch.cuda`` function under cuda-compat: CUDA is not here.
+
+    A ``RuntimeError``, as on a torch without CUDA, so torch's ``except (AssertionError, RuntimeError)``
+    fallbacks (inductor's cache key, for one) take their non-CUDA path.
+    """
+
+
+LAZY_SEEDS = ("manual_seed", "manual_seed_all", "seed", "seed_all")
+"""Seeding calls torch makes itself (``torch.manual_seed``): queued and never run on a torch without CUDA."""
+
+
+def _per_caller(name: str, for_script: Callable[..., Any]) -> Callable[..., Any]:
+    """Torch's own callers see no CUDA (:data:`TRUTHFUL`, no-op seeds, :class:`CudaAbsentError`); the script ``for_script``."""
+    truth = TRUTHFUL.get(name, _RAISE)
+
+    def answer(*args: Any, **kwargs: Any) -> Any:
+        if called_from_torch():
+            if truth is not _RAISE:
+                return truth
+            if name in LAZY_SEEDS:
+                return None
+            raise CudaAbsentError(f"torch.cuda.{name}(): CUDA is not available (cuda-compat answers torch's own code truthfully)")
+        return for_script(*args, **kwargs)
+
+    answer.__name__ = answer.__qualname__ = name
+    answer.__doc__ = getattr(for_script, "__doc__", None)
+    return answer
+
+
+_RAISE = object()
+
+
+def _device_answer(r: Redirect, name: str) -> Callable[..., Any]:
+    """What the script gets from an availability question: the device module's answer."""
+    call = f"torch.cuda.{name}()"
+    if name == "is_current_stream_capturing":
+        return lambda *a, **k: r.neutral(call, False, "no CUDA graph is ever captured")
+    if name == "is_initialized":
+        return lambda *a, **k: r.neutral(call, True, f"{r.name} was initialised when selected")
+    return _mapped(r, call, name)
+
+
+def _neutral(r: Redirect, name: str, value: Any, why: str) -> Callable[..., Any]:
+    call = f"torch.cuda.{name}()"
+
+    def neutral(*args: Any, **kwargs: Any) -> Any:
+        return r.neutral(call, value, why)
+
+    neutral.__name__ = name
+    return neutral
+
+
+def _counted(r: Redirect, name: str, fn: Callable[..., Any], where: str) -> Callable[..., Any]:
+    call = f"torch.cuda.{name}()"
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        r.report.add(call, REDIRECTED, where)
+        return fn(*args, **kwargs)
+
+    counted.__name__ = name
+    return counted
+
+
+def _refused(r: Redirect, name: str) -> Callable[..., Any]:
+    call = f"torch.cuda.{name}()"
+    reason = REASONS.get(name, "it is CUDA-only and has no equivalent there")
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        error = UnsupportedDeviceFunctionError(
+            call, r.name, reason, "Guard the call (or remove it); cuda-compat maps only what the device can answer."
+        )
+        r.report.add(call, REFUSED, reason)
+        raise error
+
+    refused.__name__ = name
+    return refused
+
+
+def _graphed(r: Redirect) -> Callable[..., Any]:
+    def make_graphed_callables(callables: Any, *args: Any, **kwargs: Any) -> Any:
+        r.neutral(
+            "torch.cuda.make_graphed_callables()", "the callables", "CUDA graphs only speed up; the callables run as they are"
+        )
+        return callables
+
+    return make_graphed_callables
+
+
+def _streams(r: Redirect, put: Callable[[str, Any], None]) -> None:
+    """Streams and events: the device's own where it has them (not cpu), else the host stand-ins."""
+    native = getattr(r.module, "_native", None)
+    if not r.host and all(hasattr(native, n) for n in ("Stream", "Event", "current_stream", "stream")):
+        for name in ("Stream", "Event", "current_stream", "stream"):
+            put(name, getattr(native, name))
+        return
+    queue = HostQueue(r.name, r.module.synchronize, r.module.set_device, r.module.current_device)
+    types = host_types(queue)
+    for name, cls in types.items():
+        put(name, cls)
+    only = types["Stream"]()
+    Context = types["StreamContext"]
+    call = "torch.cuda.{}()"
+
+    def current_stream(device: Any = None) -> Any:
+        r.report.add(call.format("current_stream"), REDIRECTED, f"{r.name}'s one in-order queue")
+        return only
+
+    def default_stream(device: Any = None) -> Any:
+        r.report.add(call.format("default_stream"), REDIRECTED, f"{r.name}'s one in-order queue")
+        return only
+
+    def stream(stream: Any) -> Any:
+        r.report.add(call.format("stream"), REDIRECTED, f"{r.name}'s one in-order queue")
+        return Context(stream)
+
+    def set_stream(stream: Any) -> None:
+        r.report.add(call.format("set_stream"), REDIRECTED, f"{r.name}'s one in-order queue")
+
+    for fn in (current_stream, default_stream, stream, set_stream):
+        put(fn.__name__, fn)
+    record_stream = torch.Tensor.record_stream
+    host_stream = types["Stream"]
+
+    def record_stream_on_queue(self: torch.Tensor, stream: Any) -> None:
+        """``tensor.record_stream(torch.cuda.current_stream())`` (prefetchers): one queue, nothing to record."""
+        if isinstance(stream, host_stream):
+            r.neutral("Tensor.record_stream()", None, f"{r.name} runs one in-order queue")
+            return None
+        return record_stream(self, stream)  # type: ignore[no-any-return]
+
+    r.patches.set(torch.Tensor, "record_stream", record_stream_on_queue)
+
+
+def _nvtx(r: Redirect) -> None:
+    """``torch.cuda.nvtx`` ranges mark CUDA profiles: nothing to mark here."""
+    nvtx = torch.cuda.nvtx
+    for name, value in NVTX.items():
+        if hasattr(nvtx, name):
+            r.patches.set(nvtx, name, _neutral(r, f"nvtx.{name}", value, "NVTX marks CUDA profiles only"))
+
+    @contextlib.contextmanager
+    def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:  # noqa: A001 - nvtx's name
+        r.neutral("torch.cuda.nvtx.range()", None, "NVTX marks CUDA profiles only")
+        yield
+
+    r.patches.set(nvtx, "range", range)
+
+
+# -- torch.accelerator -------------------------------------------------------------------------------
+ACCELERATOR = {
+    "device_count": "device_count",
+    "current_device_index": "current_device",
+    "current_device_idx": "current_device",
+    "set_device_index": "set_device",
+    "set_device_idx": "set_device",
+    "synchronize": "synchronize",
+    "empty_cache": "empty_cache",
+    "memory_allocated": "memory_allocated",
+    "max_memory_allocated": "max_memory_allocated",
+    "memory_reserved": "memory_reserved",
+    "max_memory_reserved": "max_memory_reserved",
+    "memory_stats": "memory_stats",
+    "reset_peak_memory_stats": "reset_peak_memory_stats",
+}
+"""``torch.accelerator`` functions -> the device module function a script calling them gets."""
+
+
+def install_accelerator(r: Redirect) -> None:
+    """``torch.accelerator``: the script sees the selected device as the accelerator; torch's own code sees the truth."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is None:
+        return
+    device_type = r.target.type
+
+    def per_caller(name: str, for_script: Callable[..., Any]) -> None:
+        original = getattr(acc, name, None)
+        if original is None:
+            return
+
+        @functools.wraps(original)
+        def answer(*args: Any, **kwargs: Any) -> Any:
+            if called_from_torch():
+                return original(*args, **kwargs)
+            return for_script(*args, **kwargs)
+
+        r.patches.set(acc, name, answer)
+
+    def available() -> bool:
+        r.report.add("torch.accelerator.is_available()", REDIRECTED, f"True ({r.name} is selected)")
+        return True
+
+    def current(check_available: bool = False) -> torch.device:
+        r.report.add("torch.accelerator.current_accelerator()", REDIRECTED, f"torch.device({device_type!r})")
+        return torch.device(device_type)
+
+    per_caller("is_available", available)
+    per_caller("current_accelerator", current)
+    for name, target in ACCELERATOR.items():
+        per_caller(name, _mapped(r, f"torch.accelerator.{name}()", target))
