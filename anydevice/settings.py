@@ -102,7 +102,8 @@ ANYDEVICE_CUDA_COMPAT_REPORT: Final = Setting(
 )
 ANYDEVICE_LAUNCH_PARENT: Final = Setting(
     "ANYDEVICE_LAUNCH_PARENT",
-    "Set by `anydevice run` in its ranks: the launcher's pid. A rank ends when that process ends (also on kill -9).",
+    "Set by `anydevice run` in its ranks and command: the launcher's pid. A rank ends when that process ends (also on "
+    "kill -9); every process that still carries it when the run ends is ended too.",
 )
 LOCAL_RANK: Final = Setting(
     "LOCAL_RANK", "Set by launchers (torchrun): the rank on this node; picks the device index.", owner="torchrun"
@@ -140,6 +141,30 @@ CXX: Final = Setting(
     owner="torch inductor",
 )
 
+
+VLLM_PLUGINS: Final = Setting(
+    "VLLM_PLUGINS",
+    "vLLM's allowlist of plugin names (every group). `anydevice run` sets it, when unset, to every installed vLLM plugin "
+    "but the other vendors' platform plugins, so that only anydevice's `vllm.platform_plugins` entry picks the platform.",
+    owner="vLLM",
+)
+VLLM_TARGET_DEVICE: Final = Setting(
+    "VLLM_TARGET_DEVICE",
+    "`cpu` makes vLLM take its CPU platform without asking any platform plugin, so `ANYDEVICE` is not consulted; "
+    "`anydevice doctor` warns when it contradicts the selection.",
+    owner="vLLM",
+)
+SGLANG_PLATFORM: Final = Setting(
+    "SGLANG_PLATFORM",
+    "The one `sglang.srt.platforms` plugin SGLang loads. `anydevice run` sets it to `anydevice` when SGLang is installed "
+    "and it is unset.",
+    owner="SGLang",
+)
+SGLANG_USE_CPU_ENGINE: Final = Setting(
+    "SGLANG_USE_CPU_ENGINE",
+    "`1` runs SGLang's CPU engine. anydevice's SGLang platform sets it when `ANYDEVICE` selects cpu and it is unset.",
+    owner="SGLang",
+)
 
 ALL: Final[tuple[Setting, ...]] = tuple(v for v in globals().values() if isinstance(v, Setting))
 

@@ -1,11 +1,13 @@
 """The workload every per-step benchmark times: a small byte-level GPT on the repo's corpus.
 
 A copy of the main job's original model (examples/train.py), kept here so the benchmarks measure
-the same thing while the main job's model presets change. Raw torch only: no anydevice import.
+the same thing while the main job's model presets change; the data is the main job's own
+(examples/corpus.py). Raw torch only: no anydevice import.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-CORPUS = Path(__file__).resolve().parents[1] / "examples" / "data" / "corpus.txt"
-VOCAB = 256
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import corpus  # examples/corpus.py
+
+VOCAB = corpus.VOCAB
 
 
 class Block(nn.Module):
@@ -57,35 +61,9 @@ class TinyGPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
 
 
-class Windows(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Every (input, next-byte target) window of ``seq_len`` bytes of the corpus."""
-
-    def __init__(self, data: torch.Tensor, seq_len: int) -> None:
-        self.data, self.seq_len = data, seq_len
-
-    def __len__(self) -> int:
-        return len(self.data) - self.seq_len - 1
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        chunk = self.data[i : i + self.seq_len + 1]
-        return chunk[:-1], chunk[1:]
-
-
-_DATA: torch.Tensor | None = None
-
-
 def batches(steps: int, batch_size: int = 16, seq_len: int = 64, seed: int = 0, rank: int = 0, world: int = 1) -> Any:
-    """A DataLoader of ``steps`` random windows per rank (same seed, same data on every rank)."""
-    global _DATA
-    if _DATA is None:
-        _DATA = torch.frombuffer(bytearray(CORPUS.read_bytes()), dtype=torch.uint8).long()
-    dataset = Windows(_DATA, seq_len)
-    generator = torch.Generator().manual_seed(seed)
-    sampler = torch.utils.data.RandomSampler(
-        dataset, replacement=True, num_samples=steps * batch_size * world, generator=generator
-    )
-    indices = list(sampler)[rank::world]
-    return torch.utils.data.DataLoader(torch.utils.data.Subset(dataset, indices), batch_size=batch_size, drop_last=True)
+    """A DataLoader of ``steps`` random windows per rank: the main job's data (examples/corpus.py)."""
+    return corpus.batches(steps, batch_size, seq_len, seed, rank, world)
 
 
 def new_model(seed: int = 0) -> tuple[TinyGPT, torch.optim.Optimizer]:

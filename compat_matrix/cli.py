@@ -145,7 +145,7 @@ def _expand(paths: list[Path]) -> list[Path]:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from anydevice.compat_matrix.site import build_site, check_site, write_site
+    from anydevice.compat_matrix.page import build_site, check_site, write_site
 
     results = _expand(args.results)
     site = build_site(results)

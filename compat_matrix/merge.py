@@ -1,24 +1,33 @@
-"""Merge result files from many machines and versions into one matrix, losing nothing.
+"""Merge result files from many machines and versions into one matrix, losing nothing, and what the page counts.
 
 Columns are device + chip + versions; runs with the same column key share a column, and a cell
-whose runs disagree says so. Diffs compare consecutive runs of the same device.
+whose runs disagree says so. Diffs compare consecutive runs of the same device. :func:`tally`
+counts a column's cells (per probe group: how many work, the worst status, where failures come
+from); :func:`plugin_versions` is the versions table: the torch / vendor-package pairs each plugin
+supports, read from what the plugins declare (each built-in device's ``vendor_package`` and the
+pairing rule anydevice's version preflight applies: lockstep ``x.y`` with torch ``x.y``, or the
+package's own ``Requires-Dist`` on torch), and the pairs the result files ran.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from anydevice.compat_matrix import probe as _probe
-from anydevice.compat_matrix.schema import ProbeResult, ResultFileError, Run, Status, load_run
-from anydevice.compat_matrix.symbols import BROKEN, SIMULATED, WORKING
+from anydevice.compat_matrix.claims import Source, mismatch, origin, short
+from anydevice.compat_matrix.probe import GROUPS
+from anydevice.compat_matrix.schema import BROKEN, SIMULATED, WORKING, ProbeResult, ResultFileError, Run, Status, load_run
 
-# The probe groups in page order; groups a plugin adds follow, by name. Reads the catalogue's
-# own list under either name it has had (``SHIMS``, ``GROUPS``).
+if TYPE_CHECKING:
+    from anydevice.compat_matrix.versions_table import LaneRecord, VersionCell
+
+# The probe groups in page order; groups a plugin adds follow, by name.
 PAGE_ORDER: tuple[str, ...] = ("sanity", "placement", "compilation", "collectives", "profiling", "workloads", "dtypes", "ops")
-_CATALOGUE_GROUPS: tuple[str, ...] = tuple(getattr(_probe, "GROUPS", None) or getattr(_probe, "SHIMS", None) or ())
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,13 @@ class LoadedRun:
     def healthy(self) -> bool:
         """Sanity passed and the device was there."""
         return bool(self.run.health.sanity_passed and self.run.health.device_available)
+
+    @property
+    def health(self) -> str:
+        """``healthy``, ``device not available`` or ``UNHEALTHY`` (the sanity probe failed)."""
+        if self.healthy:
+            return "healthy"
+        return "device not available" if not self.run.health.device_available else "UNHEALTHY"
 
 
 @dataclass
@@ -91,6 +107,28 @@ class Cell:
     def counts(self) -> list[tuple[Status, int]]:
         """How many runs saw each status."""
         return [(s, sum(r.status is s for _, r in self.entries)) for s in self.statuses]
+
+    @property
+    def stages(self) -> str:
+        """The stages its failures happened at (``place/execute``); empty when nothing failed."""
+        return "/".join(sorted({r.failure_stage.value for _, r in self.entries if r.failure_stage is not None}))
+
+    @property
+    def contradicts(self) -> bool:
+        """Whether a result contradicts what its plugin claims."""
+        return any(mismatch(r) for _, r in self.entries)
+
+    @property
+    def claim(self) -> str | None:
+        """The claim in a few words: the contradicted one (``claimed supported``), ``declared unsupported``, or None."""
+        contradicted = [r for _, r in self.entries if mismatch(r)]
+        notes = sorted({n for _, r in self.entries if (n := short(r))})
+        return short(contradicted[0]) if contradicted else (notes[0] if notes else None)
+
+    @property
+    def origins(self) -> list[str]:
+        """Where its failures come from, a few words each (``from the plugin``)."""
+        return sorted({found.short for loaded, r in self.entries if (found := origin(loaded.run, r)) is not None})
 
 
 @dataclass(frozen=True)
@@ -207,7 +245,7 @@ def _columns(runs: list[LoadedRun]) -> list[Column]:
 
 
 def _ordered_shims(shims: set[str]) -> list[str]:
-    known = PAGE_ORDER + tuple(g for g in _CATALOGUE_GROUPS if g not in PAGE_ORDER)
+    known = PAGE_ORDER + tuple(g for g in GROUPS if g not in PAGE_ORDER)
     return [s for s in known if s in shims] + sorted(shims - set(known))
 
 
@@ -249,3 +287,179 @@ def _diffs(runs: list[LoadedRun]) -> list[Diff]:
         history = by_device[device]
         diffs += [diff_runs(a, b) for a, b in itertools.pairwise(history)]
     return diffs
+
+
+# -- the page's counts -------------------------------------------------------------------
+
+DISAGREE = "disagree"
+# Worst first: what a reader must see before anything else. A skip (the feature does not apply
+# here) or an untested probe ranks below pass: a group that passes everything that applies reads
+# as pass, with its skips counted beside it; a group where nothing ran reads as skip or untested.
+SEVERITY: tuple[str, ...] = (
+    Status.FAIL.value,
+    Status.HARNESS_ERROR.value,
+    Status.PARTIAL.value,
+    DISAGREE,
+    Status.FALLBACK.value,
+    Status.FAKE.value,
+    Status.PASS.value,
+    Status.UNTESTED.value,
+    Status.SKIP.value,
+)
+
+
+def cell_key(cell: Cell) -> str:
+    """The cell's status value, or ``disagree`` when its runs saw different statuses."""
+    status = cell.status
+    return DISAGREE if status is None else status.value
+
+
+@dataclass
+class Tally:
+    """Counts over a set of cells: by status key, how many work, and the failures' sources."""
+
+    total: int = 0
+    working: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
+    sources: Counter[Source] = field(default_factory=Counter)
+
+    def add(self, cell: Cell) -> None:
+        """Count one cell."""
+        key = cell_key(cell)
+        self.total += 1
+        self.counts[key] += 1
+        self.working += cell.status in WORKING
+        for loaded, result in cell.entries:
+            found = origin(loaded.run, result)
+            if found is not None:
+                self.sources[found.source] += 1
+
+    @property
+    def worst(self) -> str:
+        """The most severe status key present (``untested`` when empty)."""
+        return next((key for key in SEVERITY if self.counts[key]), Status.UNTESTED.value)
+
+    def ordered(self) -> list[tuple[str, int]]:
+        """``(status key, count)`` worst first, only those present."""
+        return [(key, self.counts[key]) for key in SEVERITY if self.counts[key]]
+
+
+def tally(matrix: Matrix, column: Column, group: str | None = None) -> Tally:
+    """Counts over ``column``'s cells, all of them or one group's."""
+    result = Tally()
+    for row in matrix.rows:
+        if group is None or row.shim == group:
+            result.add(matrix.cell(row.probe, column))
+    return result
+
+
+# -- the versions table ----------------------------------------------------------------
+
+TORCH_RANGE = ("2.9", "2.15")
+"""The torch releases anydevice supports (README: "torch 2.9 to 2.15")."""
+
+
+@dataclass
+class PluginVersions:
+    """One plugin's row: its devices, vendor package, the pairs it supports and the columns that ran it."""
+
+    plugin: str
+    devices: list[str] = field(default_factory=list)
+    vendor_package: str | None = None
+    supported: str = ""
+    columns: list[Column] = field(default_factory=list)
+    packages: tuple[str, ...] = ()
+    """Every vendor package the plugin pairs with torch (``DeviceSpec.paired_packages``), main one first."""
+    cells: list[VersionCell] = field(default_factory=list)
+    """Per torch minor version 2.9 to 2.15: tested here, declared, or none (:mod:`.versions_table`)."""
+
+
+def supported_text(vendor_package: str | None, rule: object = None) -> str:
+    """The torch / vendor pairs a device with ``vendor_package`` supports, in words.
+
+    ``rule`` is what the plugin declares for the package in ``DeviceSpec.paired_packages``:
+    ``"lockstep"``, ``"requires_dist"``, a function of the installed version, or None.
+    """
+    low, high = TORCH_RANGE
+    if vendor_package is None:
+        return f"torch {low} to {high}: the device is built into torch"
+    if vendor_package == "torch":
+        return f"torch {low} to {high} (its CUDA or ROCm build)"
+    if rule == "lockstep":
+        return f"{vendor_package} x.y with torch x.y (lockstep), for torch {low} to {high}"
+    if rule == "requires_dist":
+        return f"the torch range {vendor_package}'s own metadata declares (Requires-Dist), within torch {low} to {high}"
+    if callable(rule):
+        return (
+            f"{vendor_package} with torch {low} to {high}; the pairing rule depends on the installed "
+            f"{vendor_package} release (lockstep or its own Requires-Dist), checked before import"
+        )
+    return f"{vendor_package} with torch {low} to {high}; the plugin declares no pairing rule"
+
+
+def _builtin_devices() -> list[tuple[str, str, str | None, object, tuple[str, ...]]]:
+    """``(plugin, device, vendor_package, pairing rule, paired packages)`` for every plugin anydevice itself ships."""
+    try:
+        dist = metadata.distribution("anydevice")
+    except metadata.PackageNotFoundError:
+        return []
+    from anydevice.registry import Registry
+
+    modules = []
+    for ep in sorted((e for e in dist.entry_points if e.group == "anydevice"), key=lambda e: e.name):
+        try:
+            modules.append((ep.name, ep.load(), "anydevice"))
+        except Exception:  # a plugin that cannot load is the registry's to report, not the page's
+            continue
+    registry = Registry(plugins=modules)  # the built-in plugins only, whatever ANYDEVICE_PLUGINS says
+    entries = sorted((registry.get(name) for name in registry.names()), key=lambda e: (e.plugin, e.spec.name))
+    return [
+        (
+            e.plugin,
+            e.spec.name,
+            e.spec.vendor_package,
+            dict(e.spec.paired_packages).get(e.spec.vendor_package or ""),
+            tuple(dict(e.spec.paired_packages)),
+        )
+        for e in entries
+    ]
+
+
+def plugin_versions(
+    matrix: Matrix,
+    builtin: Iterable[tuple[str, str, str | None, object, tuple[str, ...]]] | None = None,
+    lanes: Sequence[LaneRecord] | None = None,
+) -> list[PluginVersions]:
+    """One row per plugin: every built-in one, plus any plugin a result file names.
+
+    Each row's ``cells`` say, per torch minor version, whether a test lane's record (``lanes``,
+    default: the committed ``compat_matrix/lanes/*.json``) or a result file ran it.
+    """
+    from anydevice.compat_matrix.versions_table import load_lanes, version_cells
+
+    rows: dict[str, PluginVersions] = {}
+    rules: dict[str, object] = {}
+    for plugin, device, vendor, rule, packages in _builtin_devices() if builtin is None else builtin:
+        row = rows.setdefault(plugin, PluginVersions(plugin, vendor_package=vendor, packages=packages))
+        row.devices.append(device)
+        rules.setdefault(plugin, rule)
+    for column in matrix.columns:
+        run = column.runs[0].run
+        row = rows.setdefault(run.plugin.name, PluginVersions(run.plugin.name, [run.hardware.device_type]))
+        if row.vendor_package is None and run.plugin.vendor_package:
+            row.vendor_package = run.plugin.vendor_package
+        row.columns.append(column)
+    records = load_lanes() if lanes is None else lanes
+    for row in rows.values():
+        row.supported = supported_text(row.vendor_package, rules.get(row.plugin))
+        row.cells = version_cells(row, records)
+    return sorted(rows.values(), key=lambda r: (not r.columns, r.plugin))
+
+
+def ran_pair(column: Column) -> str:
+    """The torch / vendor pair a column ran, in words."""
+    run = column.runs[0].run
+    pair = f"torch {run.env.torch or '?'}"
+    if run.plugin.vendor_package and run.plugin.vendor_package != "torch":
+        pair += f" + {run.plugin.vendor_package} {run.plugin.vendor_version or '?'}"
+    return pair

@@ -3,7 +3,7 @@
 A probe is a function ``fn(ctx)`` that exercises one feature on the selected device. It
 returns normally when the feature works, raises :class:`Skip` when the feature does not apply,
 :class:`Partial` when it works only in part, and any other exception when it fails; the
-stage it was in (``ctx.stage(...)``) says where. See :mod:`anydevice.compat_matrix.context`.
+stage it was in (``ctx.stage(...)``) says where. See :class:`anydevice.compat_matrix.execute.ProbeContext`.
 
 Plugins add probes through the ``anydevice_register_probes(register)`` hook::
 
@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from anydevice.compat_matrix.context import ProbeContext
+    from anydevice.compat_matrix.execute import ProbeContext
 
 GROUPS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops", "workloads")
-"""The groups probes belong to: the four shims, dtypes, common ops and real workloads (plus the gate)."""
-SHIMS: Final = GROUPS
-"""The same groups under the name results use (a result's ``shim`` field holds the probe's group)."""
+"""The groups probes belong to: the four shims, dtypes, common ops and real workloads (plus the gate).
+A result file calls a probe's group its ``shim``."""
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,99}$")
 
@@ -38,7 +37,7 @@ class Probe:
 
     :param name: unique id, lower case (``[a-z0-9_.:-]``), used by ``--only`` and on the page.
     :param group: the group it belongs to; one of :data:`GROUPS` (plugins may add their own).
-    :param fn: the check; called with a :class:`~anydevice.compat_matrix.context.ProbeContext`.
+    :param fn: the check; called with a :class:`~anydevice.compat_matrix.execute.ProbeContext`.
     :param params: what varies between probes of one family (e.g. ``{"dtype": "bfloat16"}``).
     :param description: one sentence shown on the page.
     """

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
-from anydevice.compat_matrix.context import ProbeContext
+from anydevice.compat_matrix.execute import ProbeContext
 from anydevice.compat_matrix.probe import Probe, Skip
 from anydevice.compat_matrix.schema import Stage
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from anydevice.compat_matrix.context import PlacementError, ProbeContext
+from anydevice.compat_matrix.execute import PlacementError, ProbeContext
 from anydevice.compat_matrix.probe import Probe, Skip
 from anydevice.compat_matrix.schema import Stage
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from anydevice.compat_matrix.context import ProbeContext
+from anydevice.compat_matrix.execute import ProbeContext
 from anydevice.compat_matrix.probe import Probe, Skip
 from anydevice.compat_matrix.schema import Stage
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from anydevice.compat_matrix.context import ProbeContext
+from anydevice.compat_matrix.execute import ProbeContext
 from anydevice.compat_matrix.probe import Probe, Skip
 from anydevice.compat_matrix.schema import Stage
 
@@ -188,6 +188,67 @@ def cuda_compat_script(ctx: ProbeContext) -> None:
     ctx.compare(torch.tensor(result["losses"]), expected, atol=1e-3, rtol=1e-3)
 
 
+VLLM_SCRIPT = """
+import json, sys
+from vllm import LLM, SamplingParams
+from vllm.platforms import current_platform
+
+if __name__ == "__main__":
+    llm = LLM(model=sys.argv[1], dtype="float32", max_model_len=128, enforce_eager=True, gpu_memory_utilization=0.3, seed=0)
+    outs = llm.generate(["t1 t2 t3", "t4 t5"], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+    print("RESULT " + json.dumps({"platform": type(current_platform).__name__, "device_type": current_platform.device_type,
+                                  "tokens": [len(o.outputs[0].token_ids) for o in outs]}))
+"""
+
+
+def _tiny_vllm_model(directory: Any) -> None:
+    """A random-init Llama vLLM can load (float32, head size 64) and a word-level tokenizer made here."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "</s>": 1, **{f"t{i}": i for i in range(2, 256)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast: Any = PreTrainedTokenizerFast  # untyped in transformers
+    fast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="</s>").save_pretrained(directory)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=128,
+        eos_token_id=1,
+        dtype="float32",
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(directory)
+
+
+def serve_vllm(ctx: ProbeContext) -> None:
+    """vLLM generates on the selected device through anydevice's platform plugin (offline ``vllm.LLM``)."""
+    _need("vllm", "transformers", "tokenizers")
+    model = ctx.tmp / "tiny-llama"
+    _tiny_vllm_model(model)
+    script = ctx.tmp / "serve_vllm.py"
+    script.write_text(VLLM_SCRIPT)
+    env = {**os.environ, "ANYDEVICE": _selection(ctx), "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    with ctx.stage(Stage.EXECUTE):
+        proc = subprocess.run(
+            [sys.executable, str(script), str(model)], capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT_S
+        )
+        lines = [line[len("RESULT ") :] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise RuntimeError(f"vLLM under ANYDEVICE={env['ANYDEVICE']} exited {proc.returncode}: {tail}")
+    result = json.loads(lines[-1])
+    print(f"vLLM platform {result['platform']} (device type {result['device_type']})")
+    if result["tokens"] != [4, 4]:
+        raise AssertionError(f"vLLM generated {result['tokens']} tokens, not 4 per prompt")
+
+
 def _p(name: str, fn: Any, what: str) -> Probe:
     return Probe(name, "workloads", fn, description=what)
 
@@ -207,4 +268,5 @@ PROBES = [
         "A CUDA-written script (.cuda(), pin_memory, fused AdamW, torch.cuda.Event) runs unmodified under "
         "--cuda-compat; losses match the CPU.",
     ),
+    _p("serve_vllm", serve_vllm, "vLLM (offline `vllm.LLM`) generates from a tiny random Llama on the selected device."),
 ]

@@ -9,8 +9,7 @@ from typing import TextIO
 
 from anydevice.cli.progress import Progress as _Progress
 from anydevice.compat_matrix.claims import mismatch
-from anydevice.compat_matrix.schema import ProbeResult, Run, Status
-from anydevice.compat_matrix.symbols import SYMBOL
+from anydevice.compat_matrix.schema import SYMBOL, ProbeResult, Run, Status
 
 _QUIET = (Status.PASS, Status.SKIP, Status.FAKE)
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 import re
 
 from anydevice.compat_matrix import claims
-from anydevice.compat_matrix.merge import Cell, Column, Diff, Matrix
-from anydevice.compat_matrix.origin import origin
+from anydevice.compat_matrix.claims import origin
+from anydevice.compat_matrix.merge import DISAGREE, Cell, Column, Diff, Matrix, Tally, plugin_versions, ran_pair, tally
 from anydevice.compat_matrix.runner import reproduce_command
-from anydevice.compat_matrix.schema import Status
-from anydevice.compat_matrix.summary import DISAGREE, Tally, tally
-from anydevice.compat_matrix.symbols import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING
-from anydevice.compat_matrix.versions_table import plugin_versions, ran_pair
+from anydevice.compat_matrix.schema import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING, Status, shown
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|#!~])")
 
@@ -44,19 +41,10 @@ def _cell_text(cell: Cell) -> str:
     if status is None:
         text = f"{DISAGREE_SYMBOL} disagree (" + ", ".join(f"{LABEL[s]} ×{n}" for s, n in cell.counts()) + ")"
     else:
-        text = f"{SYMBOL[status]} {LABEL[status]}"
-        stages = sorted({r.failure_stage.value for _, r in cell.entries if r.failure_stage is not None})
-        text += f" at {'/'.join(stages)}" if stages else ""
-    sources = sorted({found.short for loaded, r in cell.entries if (found := origin(loaded.run, r)) is not None})
-    return text + _claim_note(cell) + (f", {', '.join(sources)}" if sources else "")
-
-
-def _claim_note(cell: Cell) -> str:
-    contradicted = [r for _, r in cell.entries if claims.mismatch(r)]
-    if contradicted:
-        return f" {CLAIM_MISMATCH_SYMBOL} {claims.short(contradicted[0])}"
-    notes = sorted({n for _, r in cell.entries if (n := claims.short(r))})
-    return f" ({notes[0]})" if notes else ""
+        text = f"{SYMBOL[status]} {LABEL[status]}" + (f" at {cell.stages}" if cell.stages else "")
+    if cell.claim:
+        text += f" {CLAIM_MISMATCH_SYMBOL} {cell.claim}" if cell.contradicts else f" ({cell.claim})"
+    return text + (f", {', '.join(cell.origins)}" if cell.origins else "")
 
 
 def render_markdown(matrix: Matrix) -> str:
@@ -169,7 +157,7 @@ def _notices(matrix: Matrix) -> list[str]:
 def _claims(matrix: Matrix) -> list[str]:
     def item(f: claims.Finding) -> str:
         r = f.result
-        observed = f"{SYMBOL[r.status]} {LABEL[r.status]}" + (f" at {r.failure_stage.value}" if r.failure_stage else "")
+        observed = shown(r)
         verdict = f"{CLAIM_MISMATCH_SYMBOL} {f.contradiction}" if f.contradiction else "agrees"
         claim = claims.describe(r.expected) if r.expected else ""
         where = f"{md(r.probe)} on {f.column.id} ({md(f.loaded.source)})"
@@ -204,8 +192,7 @@ def _problems(matrix: Matrix) -> list[str]:
                 found = origin(loaded.run, result)
                 source = f" Comes from the {found.source.value}: {md(found.why)}." if found else ""
                 lines.append(
-                    f"- {md(row.probe)} on {column.id} ({md(loaded.source)}): {SYMBOL[result.status]} {LABEL[result.status]}"
-                    + (f" at {result.failure_stage.value}" if result.failure_stage else "")
+                    f"- {md(row.probe)} on {column.id} ({md(loaded.source)}): {shown(result)}"
                     + f": {md(result.reason or result.message or '')}.{source} Reproduce: {md(command)}"
                 )
     return ["## Failures, partials and harness errors", "", *lines, ""] if lines else []
@@ -226,11 +213,10 @@ def _runs(matrix: Matrix) -> list[str]:
     ]
     for loaded in matrix.runs:
         run = loaded.run
-        health = "healthy" if loaded.healthy else ("device not available" if not run.health.device_available else "UNHEALTHY")
         vendor = f"{run.plugin.vendor_package} {run.plugin.vendor_version or '?'}" if run.plugin.vendor_package else "-"
         column = _column_of(matrix, loaded.source)
         lines.append(
-            f"| {md(loaded.source)} | {column.id if column else '-'} | {md(loaded.device)} | {loaded.date} | {health} "
+            f"| {md(loaded.source)} | {column.id if column else '-'} | {md(loaded.device)} | {loaded.date} | {loaded.health} "
             f"| {md(run.anydevice.version)} | {md(run.env.torch or '?')} | {md(vendor)} | {md(run.invocation.command)} |"
         )
     return [*lines, ""]

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from anydevice.compat_matrix import catalog, claims, protocol
+from anydevice.compat_matrix import catalog, claims, worker
 from anydevice.compat_matrix.probe import Probe
 from anydevice.compat_matrix.progress import ProbeProgress
 from anydevice.compat_matrix.schema import (
@@ -176,7 +176,7 @@ def _run_worker(
         start_new_session=True,  # its own process group: a probe's children end with the worker
     )
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(protocol.encode("request", probes=names, **request)[len(protocol.MARKER) :])
+    proc.stdin.write(worker.encode("request", probes=names, **request)[len(worker.MARKER) :])
     proc.stdin.close()
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
@@ -205,7 +205,7 @@ def _run_worker(
                 elif state.setup_error is None and state.gated is None and code != 0:
                     state.notices.append(f"probe worker exited with code {code}: {_tail(stray)}")
                 return
-            message = protocol.decode(line)
+            message = worker.decode(line)
             if message is None:
                 stray.append(line)
                 continue

@@ -37,6 +37,40 @@ class Status(str, Enum):
     FAKE = "fake"
 
 
+# How each status is shown: a symbol and a label (never colour alone), shared by the CLI and the page.
+SYMBOL: Final[dict[Status, str]] = {
+    Status.PASS: "✔",
+    Status.FALLBACK: "◐",
+    Status.PARTIAL: "◑",
+    Status.FAIL: "✘",
+    Status.SKIP: "–",
+    Status.HARNESS_ERROR: "⚠",
+    Status.UNTESTED: "?",
+    Status.FAKE: "◇",
+}
+
+LABEL: Final[dict[Status, str]] = {
+    Status.PASS: "pass",
+    Status.FALLBACK: "pass (CPU fallback)",
+    Status.PARTIAL: "partial",
+    Status.FAIL: "fail",
+    Status.SKIP: "skip",
+    Status.HARNESS_ERROR: "harness error",
+    Status.UNTESTED: "untested",
+    Status.FAKE: "fake (simulated, not verified on hardware)",
+}
+
+DISAGREE_SYMBOL: Final = "≠"
+SIMULATED: Final = "simulated: not verified on hardware"
+
+# Statuses that count as "working" for diffs between runs.
+WORKING: Final = frozenset({Status.PASS, Status.FALLBACK, Status.FAKE})
+BROKEN: Final = frozenset({Status.FAIL, Status.HARNESS_ERROR, Status.PARTIAL})
+
+# Marks a cell whose observed status contradicts what the plugin declares (text follows it).
+CLAIM_MISMATCH_SYMBOL: Final = "‼"
+
+
 class Stage(str, Enum):
     """Where a failing probe failed."""
 
@@ -189,6 +223,13 @@ class Run(_Model):
                 raise ValueError(f"probe {result.probe!r} appears twice")
             seen.add(result.probe)
         return self
+
+
+def shown(result: ProbeResult) -> str:
+    """A result's status as the page says it: symbol, label and the failing stage (``✘ fail at compile``)."""
+    return f"{SYMBOL[result.status]} {LABEL[result.status]}" + (
+        f" at {result.failure_stage.value}" if result.failure_stage else ""
+    )
 
 
 class ResultFileError(ValueError):

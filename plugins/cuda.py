@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from anydevice import detect as d
-from anydevice.device_spec import Detection, DeviceSpec, Hardware
+from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.settings import Setting
 from anydevice.shims.contracts import Shims
@@ -154,6 +154,13 @@ def load() -> Shims:
     )
 
 
+SERVING = {
+    "vllm": Serving(platforms=("cuda", "rocm"), hint="pip install vllm (the CUDA build; on ROCm, AMD's vLLM build)"),
+    "sglang": Serving(platforms=("cuda", "rocm"), hint="pip install sglang (on ROCm, AMD's SGLang build)"),
+}
+"""What serving engines run here (anydevice.integrations): their built-in CUDA platform, else ROCm."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
@@ -166,6 +173,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             vendor_package="torch",
             settings=(CUDA_VISIBLE_DEVICES,),
             hardware=Hardware(pjrt_names=("CUDA", "GPU"), scan=gpu_nodes, ray_resource="GPU"),
+            serving=SERVING,
         )
     )
 

@@ -6,7 +6,7 @@ import platform
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
 
@@ -64,6 +64,13 @@ def load() -> Shims:
     )
 
 
+SERVING = {
+    "vllm": Serving(plugins=("metal",), hint="pip install vllm-metal (the Apple-silicon vLLM platform plugin)"),
+    "sglang": Serving(platforms=("mps",), hint="pip install sglang (its MPS platform is built in)"),
+}
+"""What serving engines run here (anydevice.integrations): the vllm-metal plugin, SGLang's MPS platform."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
@@ -75,5 +82,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             priority=60,
             # the vendor table above says fsdp=False: wrap(model, "fsdp") raises UnsupportedFeatureError
             unsupported={"fsdp_step": "FSDP2 is not offered on mps (the eager table sets fsdp=False); use wrap(model, 'ddp')."},
+            serving=SERVING,
         )
     )

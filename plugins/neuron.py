@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from anydevice import detect as d
 from anydevice import settings, versions
-from anydevice.device_spec import Detection, DeviceSpec, Hardware
+from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.settings import Setting
 from anydevice.shims import lazy_xla
@@ -237,6 +237,13 @@ def load() -> Shims:
     return _load_native() if version is not None and is_native(version) else lazy_xla.xla_shims(xla_vendor())
 
 
+SERVING = {
+    "vllm": Serving(plugins=("neuron", "optimum_neuron"), hint="pip install vllm-neuron (AWS Neuron's vLLM platform plugin)"),
+    "sglang": Serving(hint="SGLang has no Neuron platform"),
+}
+"""What serving engines run here (anydevice.integrations): AWS's vLLM platform plugin."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
@@ -254,6 +261,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             paired_packages={DISTRIBUTION: pair_rule, "torch_xla": "lockstep"},
             settings=NEURON_SETTINGS,
             hardware=Hardware(pjrt_names=("NEURON",), scan=neuron_devices, ray_resource="neuron_cores"),
+            serving=SERVING,
         )
     )
 

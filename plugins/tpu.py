@@ -17,7 +17,7 @@ from typing import Any
 
 from anydevice import detect as d
 from anydevice import versions
-from anydevice.device_spec import Detection, DeviceSpec, Hardware
+from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
 from anydevice.errors import DeviceUnavailableError
 from anydevice.hookspecs import hookimpl
 from anydevice.shims import lazy_xla
@@ -166,6 +166,17 @@ def load() -> Shims:
     return _load_native() if d.installed("torch_tpu") else lazy_xla.xla_shims(xla_vendor())
 
 
+SERVING = {
+    "vllm": Serving(
+        platforms=("tpu",), hint="pip install vllm-tpu (vLLM's TPU backend, tpu-inference, runs on JAX)", builds=("vllm-tpu",)
+    ),
+    "sglang": Serving(
+        hint="SGLang's TPU support is a separate JAX project (sglang-jax) with its own server; SGLang itself has no TPU platform"
+    ),
+}
+"""What serving engines run here (anydevice.integrations): vLLM's TPU platform is JAX-based, not TorchTPU or torch_xla."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
@@ -181,5 +192,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             paired_packages=PAIRED_PACKAGES,
             settings=(lazy_xla.PJRT_DEVICE,),  # the torch_xla fallback's runtime
             hardware=Hardware(pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU"),
+            serving=SERVING,
         )
     )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from anydevice import detect as d
 from anydevice import versions
-from anydevice.device_spec import Detection, DeviceSpec, Hardware
+from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
 from anydevice.shims.lazy_xla import (
@@ -151,6 +151,13 @@ def load() -> Shims:
     return xla_shims(vendor())
 
 
+SERVING = {
+    "vllm": Serving(hint="vLLM has no generic PJRT platform: on a Cloud TPU select ANYDEVICE=tpu with vllm-tpu installed"),
+    "sglang": Serving(hint="SGLang has no PJRT (torch_xla) platform"),
+}
+"""Serving engines have no PJRT platform (anydevice.integrations says so when ANYDEVICE selects xla)."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry: Registry) -> None:
     register(
@@ -166,6 +173,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry:
             paired_packages={"torch_xla": "lockstep"},
             settings=(PJRT_DEVICE,),
             hardware=Hardware(ray_resource=functools.partial(ray_resource, registry)),
+            serving=SERVING,
         )
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from anydevice import detect as d
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
 
@@ -67,6 +67,13 @@ def load() -> Shims:
     )
 
 
+SERVING = {
+    "vllm": Serving(platforms=("xpu",), hint="install vLLM's XPU build (vLLM's installation guide, Intel GPU)"),
+    "sglang": Serving(platforms=("xpu",), hint="install SGLang's XPU build"),
+}
+"""What serving engines run here (anydevice.integrations): their built-in XPU platforms."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70))
+    register(DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70, serving=SERVING))

@@ -8,9 +8,9 @@ on it (test lanes' records, result files) or only declared, each vendor package'
 ``DeviceSpec.paired_packages``), installed plugins and their detection, what ``ANYDEVICE``
 selects, conflicting settings (the plugins judge their own variables through the
 ``anydevice_doctor_checks`` hook; core judges ``TORCH_DEVICE_BACKEND_AUTOLOAD``), the import cost
-of autoloaded backends nobody selected, a C++ compiler for inductor, and free disk for the compile
-caches. Neither torch nor a vendor library is imported (``--measure-imports`` times ``import
-torch`` in child processes).
+of autoloaded backends nobody selected, a C++ compiler for inductor, free disk for the compile
+caches, and the serving engines (:mod:`anydevice.cli.doctor_serving`). Neither torch nor a vendor
+library is imported (``--measure-imports`` times ``import torch`` in child processes).
 
 Every diagnosis is one line: ``MARK  name  message  -> fix: what to do``.
 
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from anydevice import autoload, detect, guard, settings, versions
+from anydevice.cli.doctor_serving import check_serving
 from anydevice.cli.progress import Progress
 from anydevice.diagnosis import Check, DoctorContext, Status
 from anydevice.errors import AnyDeviceError, DeviceUnavailableError
@@ -363,6 +364,7 @@ CHECKS: tuple[Callable[[Context], list[Check]], ...] = (
     check_selection,
     check_plugin_settings,
     check_autoload_setting,
+    check_serving,
     check_compiler,
     check_cache_disk,
 )

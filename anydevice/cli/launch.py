@@ -1,35 +1,41 @@
-"""``anydevice run``: launch N processes of a script the selected device's way.
+"""``anydevice run``: launch N processes of a script or module the selected device's way, or one command.
 
     anydevice run [-n N] [--nnodes M --node-rank R --rdzv-endpoint HOST:PORT] [--max-restarts K] [--cuda-compat]
-                  script.py [args...]
+                  (script.py | -m module | -- command) [args...]
 
-The parent resolves ``ANYDEVICE`` by cheap detection (no unselected vendor package is imported:
+The parent checks the options (:mod:`anydevice.cli.launch_args`; multi-node ones before anything
+waits), resolves ``ANYDEVICE`` once by cheap detection (no unselected vendor package is imported:
 torch's backend autoload is turned off for the children where the selection does not need it),
-loads the selected plugin's shims and hands a :class:`LaunchSpec` to its launcher:
-
-the Collectives shim's ``launch(spec) -> int`` (declared in ``anydevice.shims.contracts``). The
-shared shims run the entry of :data:`LAUNCHERS` that ``collectives.launcher`` names: ``"torchrun"``
-(torch elastic, one fresh interpreter per rank) or ``"spawn"`` (torch elastic, ranks started by
-multiprocessing spawn; TorchTPU sets ``set_tpu_launch_env`` in the parent through ``launch_env``)
-or ``"single-process"`` (one rank only, e.g. mps). :func:`register_launcher` adds more; a device
-that launches its own way implements ``launch`` itself.
+loads the selected plugin's shims and hands a :class:`LaunchSpec` to the launcher that the
+Collectives shim names (``collectives.launcher``): the entry of :data:`LAUNCHERS` under that name,
+``"torchrun"`` (torch elastic, one fresh interpreter per rank) or ``"spawn"`` (torch elastic, ranks
+started by multiprocessing spawn; TorchTPU sets ``set_tpu_launch_env`` in the parent through
+``launch_env``) or ``"single-process"`` (one rank only, e.g. mps). :func:`register_launcher` adds
+more; a device that launches its own way registers a launcher and declares its name.
 
 Both built-in launchers run on torch elastic (``torch.distributed.launcher.api``): a failing rank
 stops the others at once, the run exits non-zero and shows that rank's traceback, and
 ``--max-restarts`` restarts the whole group (``TORCHELASTIC_RESTART_COUNT`` counts attempts).
 Every child gets ``ANYDEVICE`` set to the device the parent resolved, plus the shim's
 ``launch_env(local_rank, local_world_size)`` (e.g. ``NEURON_RT_VISIBLE_CORES``) set before
-its interpreter imports anything.
+its interpreter imports anything. A rank's ``sys.path[0]`` is what ``python`` would give it: the
+script's directory, or the working directory for ``-m``; nothing is imported from the working
+directory before that (the rank starts through a ``-c`` bootstrap that sets ``sys.path[0]`` first).
+
+``-- command`` (:mod:`anydevice.cli.command`) runs one console command (``vllm serve MODEL``) with
+the same environment (``anydevice.integrations.launch_environment`` included), one process.
 
 Lifetime (:mod:`anydevice.cli.lifeline`): every rank dies with the launcher, also when it is killed with
-SIGKILL; Ctrl-C (SIGINT) stops every rank and the run ends with one line on stderr and status 130.
-``-n`` is checked against what the device takes (:func:`check_nproc`) before anything is planned.
-``--cuda-compat`` runs CUDA-written scripts unmodified (:mod:`anydevice.cuda_compat` in every rank).
+SIGKILL, and so do the processes the ranks start; Ctrl-C (SIGINT) stops every rank and the run ends
+with one line on stderr and status 130. ``-n`` is checked against what the device takes
+(:func:`check_nproc`) before anything is planned. ``--cuda-compat`` runs CUDA-written scripts
+unmodified (:mod:`anydevice.cuda_compat` in every rank).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -44,13 +50,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anydevice import autoload, settings
-from anydevice.cli import lifeline
+from anydevice.cli import launch_args, lifeline
+from anydevice.cli.launch_args import build_parser  # noqa: F401 - where callers of 0.2 found it
 from anydevice.errors import DistributedError
 
 if TYPE_CHECKING:
+    from anydevice.backend import Backend
     from anydevice.device_spec import Detection, DeviceSpec
+    from anydevice.registry import Registry
 
-_RANK_FLAG = "--as-rank"
+# A rank's interpreter runs this first: sys.path[0] becomes what `python script.py` / `python -m` would
+# give (argv[3]) before anything is imported, so no module in the working directory shadows one anydevice
+# or torch imports (`python -m anydevice.cli.launch` would put the working directory first).
+# Its argv is [target, kind, path0, rank_env, *args]: torch elastic names a run after the first argument
+# that does not start with "-", so the code rides attached to "-c" and the target comes first.
+RANK_BOOTSTRAP = (
+    "import sys; sys.path[0] = sys.argv[3]; from anydevice.cli.launch import rank_main; sys.exit(rank_main(sys.argv[1:]))"
+)
 PROCESSES_PER_CORE = 4
 """``-n`` bound where the device's count does not bound it (the host, a device of unknown count)."""
 
@@ -60,6 +76,7 @@ class LaunchSpec:
     """Everything a launcher needs: what to run, how many ranks, rendezvous and environments."""
 
     script: str
+    """The script's path, or the module's name when :attr:`is_module`."""
     script_args: tuple[str, ...] = ()
     nproc_per_node: int = 1
     nnodes: int = 1
@@ -71,6 +88,13 @@ class LaunchSpec:
     """Set in every child (``ANYDEVICE``, ``TORCH_DEVICE_BACKEND_AUTOLOAD``, ...)."""
     rank_env: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     """Extra variables per local rank, from the Collectives shim's ``launch_env``."""
+    is_module: bool = False
+    """Run :attr:`script` as a module, as ``python -m`` does."""
+
+    @property
+    def path0(self) -> str:
+        """``sys.path[0]`` of every rank: as ``python script.py`` (the script's directory) or ``python -m`` (the cwd)."""
+        return os.getcwd() if self.is_module else str(Path(self.script).resolve().parent)
 
 
 Launcher = Callable[[LaunchSpec], int]
@@ -157,10 +181,16 @@ def _interrupted(sig: signal.Signals) -> int:
     return 128 + int(sig)
 
 
+def rank_args(spec: LaunchSpec) -> list[str]:
+    """The interpreter arguments of one rank under :func:`torchrun` (see :data:`RANK_BOOTSTRAP`)."""
+    rank_env = json.dumps({str(k): dict(v) for k, v in spec.rank_env.items()})
+    kind = "module" if spec.is_module else "script"
+    return ["-c" + RANK_BOOTSTRAP, spec.script, kind, spec.path0, rank_env, *spec.script_args]
+
+
 def torchrun(spec: LaunchSpec) -> int:
-    """torch elastic (torchrun's engine): each rank is a fresh interpreter running the script."""
-    args = ["-m", "anydevice.cli.launch", _RANK_FLAG, json.dumps({str(k): dict(v) for k, v in spec.rank_env.items()})]
-    return _elastic(spec, sys.executable, [*args, "--", spec.script, *spec.script_args], "spawn")
+    """torch elastic (torchrun's engine): each rank is a fresh interpreter running the script or module."""
+    return _elastic(spec, sys.executable, rank_args(spec), "spawn")
 
 
 def spawn(spec: LaunchSpec) -> int:
@@ -170,7 +200,8 @@ def spawn(spec: LaunchSpec) -> int:
     is inherited; per-rank variables are set before the script runs, after torch is imported.
     """
     rank_env = {k: dict(v) for k, v in spec.rank_env.items()}
-    return _elastic(spec, run_script, [spec.script, list(spec.script_args), rank_env], "spawn")
+    args = [spec.script, list(spec.script_args), rank_env, spec.is_module, spec.path0]
+    return _elastic(spec, run_rank, args, "spawn")
 
 
 def single_process(spec: LaunchSpec) -> int:
@@ -226,61 +257,65 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = old
 
 
-def run_script(script: str, script_args: list[str], rank_env: Mapping[int, Mapping[str, str]]) -> None:
-    """Run ``script`` as ``__main__`` in this rank, after applying its local rank's environment."""
+def run_rank(
+    target: str,
+    args: list[str],
+    rank_env: Mapping[int, Mapping[str, str]],
+    is_module: bool = False,
+    path0: str | None = None,
+) -> None:
+    """Run ``target`` (a script's path, or a module as ``python -m`` does) as ``__main__`` in this rank."""
     lifeline.die_with_parent()
     local = int(settings.LOCAL_RANK.get() or 0)
     os.environ.update(rank_env.get(local, {}))
     _integrations_hook()
-    path = Path(script)
-    sys.argv = [script, *script_args]
-    sys.path[0] = str(path.resolve().parent)  # as `python script.py` would
+    sys.path[0] = path0 or (os.getcwd() if is_module else str(Path(target).resolve().parent))
+    sys.argv = [target, *args]  # run_module sets argv[0] to the module's file, as python -m does
     with lifeline.quiet_interrupt():
         if settings.ANYDEVICE_CUDA_COMPAT.flag():
             import anydevice.cuda_compat  # noqa: F401 - redirects CUDA calls before the script runs
-        runpy.run_path(str(path), run_name="__main__")
+        if is_module:
+            _check_module(target)
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
 
 
-def _rank_main(argv: list[str]) -> int:
-    """Child side of :func:`torchrun`: apply the rank's environment, then run the script under ``@record``."""
+def _check_module(name: str) -> None:
+    """End the rank as ``python -m`` does (one line, status 1) when there is no module ``name``."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        sys.stderr.write(f"anydevice run: No module named {name}\n")
+        raise SystemExit(1)
+
+
+def rank_main(argv: list[str]) -> int:
+    """Child side of :func:`torchrun` (after :data:`RANK_BOOTSTRAP`): the rank's environment, then ``@record``."""
     lifeline.die_with_parent()  # first: before torch is imported
-    rank_env = {int(k): v for k, v in json.loads(argv[0]).items()}
-    rest = argv[1:]
-    if rest and rest[0] == "--":
-        rest = rest[1:]
+    target, kind, path0, rank_env_json, args = argv[0], argv[1], argv[2], argv[3], argv[4:]
+    rank_env = {int(k): v for k, v in json.loads(rank_env_json).items()}
     local = int(settings.LOCAL_RANK.get() or 0)
     os.environ.update(rank_env.get(local, {}))  # before torch (and any vendor) is imported
     with lifeline.quiet_interrupt():
         from torch.distributed.elastic.multiprocessing.errors import record
 
-        record(run_script)(rest[0], rest[1:], {})
+        record(run_rank)(target, args, {}, kind == "module", path0)
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="anydevice run",
-        description="Launch N processes of a script the selected device's way (torchrun, spawn, ...).",
-    )
-    p.add_argument("-n", "--nproc-per-node", type=int, default=None, help="processes on this node (default: the device count)")
-    p.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
-    p.add_argument("--node-rank", type=int, default=None, help="this node's rank (static rendezvous at --rdzv-endpoint)")
-    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="rendezvous address every node can reach")
-    p.add_argument("--max-restarts", type=int, default=0, help="restart the whole group up to K times after a failure")
-    p.add_argument("--run-id", default=None, help="rendezvous id, the same on every node (default: random)")
-    p.add_argument(
-        "--cuda-compat",
-        action="store_true",
-        help="run a CUDA-written script unmodified: .cuda(), 'cuda' devices, torch.cuda.*, 'nccl' go to the selected device",
-    )
-    p.add_argument("script", help="the Python script to run")
-    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
-    return p
-
-
 def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
-    """Resolve the device and build the launch spec; returns it with the Collectives shim."""
-    from anydevice.backend import requested, select
+    """Check the options, resolve the device once and build the launch spec; returns it with the Collectives shim."""
+    spec, backend = _plan(args)
+    return spec, backend.shims.collectives
+
+
+def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend]:
+    from anydevice.backend import load_backend, requested
     from anydevice.registry import get_registry
     from anydevice.selection import resolve
 
@@ -288,29 +323,37 @@ def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
     for name, value, low in limits:
         if value is not None and value < low:
             raise DistributedError(f"{name} must be at least {low}, got {value}.")
-    if not Path(args.script).is_file():
-        raise DistributedError(f"No script at {args.script}.", "Pass the path of a Python file: anydevice run -n 2 train.py.")
+    command = getattr(args, "command", None)
+    module = getattr(args, "module", None)
+    if command:
+        _refuse_multi_process_command(args)
+    else:
+        launch_args.check_rendezvous(args.nnodes, args.node_rank, args.rdzv_endpoint, args.run_id)
+        if module:
+            _check_top_level(module)
+        elif not Path(args.script).is_file():
+            raise DistributedError(f"No script at {args.script}.", "Pass the path of a Python file: anydevice run -n 2 train.py.")
     registry = get_registry()
-    choice = resolve(requested(), registry)  # cheap detection: imports no vendor package
-    if args.nproc_per_node is not None:
+    choice = resolve(requested(), registry)  # cheap detection: imports no vendor package; the only resolution
+    if args.nproc_per_node is not None and not command:
         check_nproc(args.nproc_per_node, choice.name, registry.get(choice.name).spec, choice.detection)
     device = choice.name if choice.index is None else f"{choice.name}:{choice.index}"
     child_env = {**os.environ, settings.ANYDEVICE.name: device, **lifeline.parent_env()}
     if args.cuda_compat:
         child_env[settings.ANYDEVICE_CUDA_COMPAT.name] = "1"
     autoload.apply(child_env, selection=device)
-    nproc = args.nproc_per_node or max(choice.detection.count or 1, 1)
+    nproc = 1 if command else args.nproc_per_node or max(choice.detection.count or 1, 1)
     if nproc > 1 and settings.OMP_NUM_THREADS.get() is None:
         child_env[settings.OMP_NUM_THREADS.name] = "1"  # as torchrun does: N ranks must not each use every core
     env = {k: v for k, v in child_env.items() if os.environ.get(k) != v}
     with _environment(env):  # the parent loads what the children will (no unselected autoload)
-        backend = select(device)
+        backend = load_backend(choice, registry)
     collectives = backend.shims.collectives
     env.update(_integrations_env(backend))
-    rank_env = {i: dict(collectives.launch_env(i, nproc)) for i in range(nproc)}
+    rank_env = {} if command else _launch_envs(registry, registry.get(choice.name).plugin, collectives, nproc)
     spec = LaunchSpec(
-        script=args.script,
-        script_args=tuple(args.script_args),
+        script=module or (command[0] if command else args.script),
+        script_args=tuple(command[1:] if command else args.script_args),
         nproc_per_node=nproc,
         nnodes=args.nnodes,
         node_rank=args.node_rank,
@@ -318,9 +361,66 @@ def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
         max_restarts=args.max_restarts,
         env=env,
         rank_env={i: e for i, e in rank_env.items() if e},
+        is_module=bool(module),
         **({"run_id": args.run_id} if args.run_id else {}),
     )
-    return spec, collectives
+    return spec, backend
+
+
+def _launch_envs(registry: Registry, plugin: str, collectives: Any, nproc: int) -> dict[int, dict[str, str]]:
+    """Each local rank's ``collectives.launch_env``, called guarded like every other call into a plugin."""
+    from anydevice import guard
+    from anydevice.errors import AnyDeviceError, PluginError
+
+    try:
+        return {
+            i: dict(registry.call(plugin, "collectives.launch_env", functools.partial(collectives.launch_env, i, nproc)))
+            for i in range(nproc)
+        }
+    except guard.PluginCallError as exc:
+        if isinstance(exc.cause, AnyDeviceError):
+            raise exc.cause from None
+        raise PluginError(
+            plugin, f"{exc.error} (at {exc.stage})", "Run `anydevice doctor`, or choose another device with ANYDEVICE."
+        ) from exc.cause
+
+
+def _refuse_multi_process_command(args: argparse.Namespace) -> None:
+    """``-- command`` is one process: refuse the options that only make sense for N ranks."""
+    given = [
+        flag
+        for flag, value in (
+            ("-n", args.nproc_per_node not in (None, 1)),
+            ("--nnodes", args.nnodes != 1),
+            ("--node-rank", args.node_rank is not None),
+            ("--rdzv-endpoint", args.rdzv_endpoint is not None),
+            ("--max-restarts", args.max_restarts != 0),
+            ("--run-id", args.run_id is not None),
+        )
+        if value
+    ]
+    if given:
+        raise DistributedError(
+            f"anydevice run -- {args.command[0]} starts one process; {', '.join(given)} apply to Python scripts and modules.",
+            "Start N ranks with `anydevice run -n N script.py` or `-m module`; a command that starts its own workers takes "
+            "its own option for them (e.g. vllm serve --tensor-parallel-size N).",
+        )
+
+
+def _check_top_level(module: str) -> None:
+    """Refuse ``-m`` of a module whose top-level package is nowhere (without importing anything)."""
+    from importlib.machinery import PathFinder
+
+    top = module.split(".")[0]
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise DistributedError(f"-m {module!r} is not a module name.", "Pass a dotted module name: anydevice run -m pkg.train.")
+    if top in sys.builtin_module_names or top in sys.modules:
+        return
+    if PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]]) is None:
+        raise DistributedError(
+            f"No module named {top} (looked in the working directory and this Python's sys.path).",
+            "Install the package, or run from the directory that holds it, as for `python -m`.",
+        )
 
 
 def check_nproc(nproc: int, device: str, spec: DeviceSpec, detection: Detection) -> None:
@@ -346,21 +446,25 @@ def registered_launcher(name: str) -> Launcher:
     if name not in LAUNCHERS:
         raise DistributedError(
             f"The selected device's launcher '{name}' is not known to anydevice run.",
-            f"Known launchers: {', '.join(sorted(LAUNCHERS))}. Register it with "
-            "anydevice.cli.launch.register_launcher, or declare a known one in the Collectives shim.",
+            f"Known launchers: {', '.join(sorted(LAUNCHERS))}. The plugin should declare one of them as "
+            "collectives.launcher, or register its own with anydevice.cli.launch.register_launcher(name, fn).",
         )
     return LAUNCHERS[name]
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of ``anydevice run``; returns the exit status (non-zero when a rank failed)."""
-    if argv and argv[0] == _RANK_FLAG:
-        return _rank_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    """Entry point of ``anydevice run``; returns the exit status (non-zero when a rank or the command failed)."""
+    args = launch_args.parse(argv)
     try:
-        spec, collectives = plan(args)
-        result: int = registered_launcher(collectives.launcher)(spec)
-        return result
+        spec, backend = _plan(args)
+        lifeline.guard_descendants()  # what the ranks or the command start ends with this run
+        if args.command:
+            from anydevice.cli.command import run_command
+
+            with _environment(spec.env):
+                return run_command(args.command, os.environ)
+        launcher = registered_launcher(backend.shims.collectives.launcher)
+        return launcher(spec)
     except KeyboardInterrupt:
         return _interrupted(signal.SIGINT)
 

@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from anydevice.backend import Backend
 
-LAUNCH_ENV_PROVIDERS: tuple[str, ...] = ("anydevice.integrations._hf",)
+LAUNCH_ENV_PROVIDERS: tuple[str, ...] = (
+    "anydevice.integrations._hf",
+    "anydevice.integrations.vllm",
+    "anydevice.integrations.sglang",
+)
 """Integration modules whose ``launch_env(backend)`` contributes to :func:`launch_environment`."""
 
 

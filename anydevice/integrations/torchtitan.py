@@ -81,6 +81,7 @@ class Patched:
     memory_monitor: str = "torchtitan's DeviceMemoryMonitor"
     attention: str = "torchtitan's FlexAttention"
     timeouts: str = "torch.distributed.set_timeout"
+    gradient_reduction: str = "FSDP's own reduce-scatter op"
 
 
 def device_module() -> tuple[Any, str]:
@@ -129,17 +130,10 @@ def patch() -> Patched:
     setattr(utils, "get_device_info", lambda: (kind, module))  # noqa: B010
     for name in COPIES:
         importlib.import_module(name)  # imported now, they copy the new values; imported before, rebind below
-    for name, mod in list(sys.modules.items()):
-        if not name.startswith("torchtitan") or mod is None or not hasattr(mod, "device_module"):
-            continue
-        if getattr(mod, "device_type", None) == old_type:
-            setattr(mod, "device_type", kind)  # noqa: B010
-        if getattr(mod, "device_module", None) is old_module:
-            setattr(mod, "device_module", module)  # noqa: B010
-        if getattr(mod, "device_module", None) is module:
-            done.modules.append(name)
+    done.modules = rebind_copies(old_type, old_module, kind, module)
     done.attention = _guard_flex_attention()
     done.timeouts = _pg_timeouts_for_this_torch()
+    done.gradient_reduction = _sum_where_premul_sum_is_missing()
     missing = [f for f in MONITOR_NEEDS if not callable(getattr(module, f, None))]
     if missing or not _memory_stats_work(module):
         _replace_memory_monitor(kind, missing)
@@ -153,6 +147,30 @@ def patch() -> Patched:
         done.memory_monitor,
     )
     return done
+
+
+def rebind_copies(old_type: str, old_module: Any, kind: str, module: Any) -> list[str]:
+    """Rebind every loaded torchtitan module that copied ``device_type`` or ``device_module`` (each name alone).
+
+    A module counts as a copy when its global holds torchtitan's original value (the same string, the
+    same module object): e.g. distributed/parallel_dims.py copies ``device_type`` only. Returns the
+    names of the modules that now hold the selected device's values.
+    """
+    rebound = []
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == "torchtitan" or name.startswith("torchtitan.")):
+            continue
+        values = vars(mod)
+        changed = False
+        if isinstance(values.get("device_type"), str) and values["device_type"] == old_type != kind:
+            values["device_type"] = kind
+            changed = True
+        if "device_module" in values and values["device_module"] is old_module:
+            values["device_module"] = module
+            changed = True
+        if changed or values.get("device_module") is module or (values.get("device_type") == kind != old_type):
+            rebound.append(name)
+    return sorted(rebound)
 
 
 def _pg_timeouts_for_this_torch() -> str:
@@ -181,6 +199,67 @@ def _pg_timeouts_for_this_torch() -> str:
         importlib.import_module("torch").__version__,
     )
     return "torch.distributed.distributed_c10d._set_pg_timeout"
+
+
+def _sum_where_premul_sum_is_missing() -> str:
+    """Keep FSDP2 off ``ReduceOp.PREMUL_SUM`` where the process group lacks it (every backend but NCCL).
+
+    torchtitan scales gradients itself (by the global token count) and turns FSDP's own division
+    off with ``set_gradient_divide_factor(1.0)`` (distributed/fsdp.py
+    ``disable_fsdp_gradient_division``); FSDP2 then reduce-scatters with ``PREMUL_SUM(1/1.0)``
+    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py ``_get_gradient_divide_factors``),
+    which gloo refuses ("Cannot use ReduceOp.PREMUL_SUM with Gloo"). Where the default group's
+    backend is not NCCL, the wrapper also sets ``set_force_sum_reduction_for_comms(True)``: FSDP
+    then reduces with ``SUM`` and divides by the factor afterwards (by 1.0: nothing), the same value.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    original = FSDPModule.set_gradient_divide_factor
+    if getattr(original, "_anydevice_guard", False):
+        return "SUM where the backend has no PREMUL_SUM"
+
+    def set_gradient_divide_factor(self: Any, factor: float) -> None:
+        original(self, factor)
+        if not _has_premul_sum():
+            self.set_force_sum_reduction_for_comms(True)
+
+    set_gradient_divide_factor._anydevice_guard = True  # type: ignore[attr-defined]
+    FSDPModule.set_gradient_divide_factor = set_gradient_divide_factor  # type: ignore[method-assign]
+    return "SUM where the backend has no PREMUL_SUM"
+
+
+def _has_premul_sum() -> bool:
+    """``ReduceOp.PREMUL_SUM`` exists only in NCCL (torch.distributed docs); a group that is not NCCL lacks it."""
+    import torch.distributed as dist
+
+    return dist.is_initialized() and dist.get_backend() == "nccl"
+
+
+def _spmd_backend_args(argv: Sequence[str]) -> list[str]:
+    """``--parallelism.spmd_backend partial_dtensor`` where torch's ``fully_shard`` cannot shard torchtitan's default.
+
+    torchtitan 0.3 defaults to ``spmd_backend="spmd_types"``: parameters carry spmd_types annotations
+    that ``fully_shard(..., dp_mesh_dims=...)`` must turn into DTensors. torch 2.13's FSDP2 does not
+    read them and refuses ("When dp_mesh_dims is provided, all parameters must be DTensors") as soon
+    as data parallelism shards over more than one rank. A flag the user gives is kept.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1 or any(a.startswith("--parallelism.spmd_backend") for a in argv) or _fsdp_reads_spmd_types():
+        return []
+    log.warning(
+        "torchtitan: torch %s's fully_shard does not read spmd_types annotations (torchtitan's default spmd_backend); "
+        "using --parallelism.spmd_backend partial_dtensor (pass the flag to choose another)",
+        importlib.import_module("torch").__version__,
+    )
+    return ["--parallelism.spmd_backend", "partial_dtensor"]
+
+
+def _fsdp_reads_spmd_types() -> bool:
+    """True when torch's FSDP2 parameter code knows spmd_types (it names the package where it does)."""
+    from pathlib import Path
+
+    source = importlib.import_module("torch.distributed.fsdp._fully_shard._fsdp_param").__file__
+    return source is not None and "spmd_types" in Path(source).read_text(encoding="utf-8")
 
 
 def _guard_flex_attention() -> str:
@@ -315,7 +394,8 @@ def run(argv: Sequence[str] | None = None) -> None:
     patch()
     train = importlib.import_module("torchtitan.train")
     saved = sys.argv
-    sys.argv = ["torchtitan.train", *(sys.argv[1:] if argv is None else argv)]
+    args = list(sys.argv[1:] if argv is None else argv)
+    sys.argv = ["torchtitan.train", *args, *_spmd_backend_args(args)]
     try:
         train.main()
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from anydevice.compat_matrix.context import ProbeContext
+from anydevice.compat_matrix.execute import ProbeContext
 from anydevice.compat_matrix.probe import Probe
 
 

@@ -188,8 +188,10 @@ def test_fixture_page_in_chromium(browser: Any, fixture_site: Path) -> None:
     # summary grid, versions table, per-column counts, no empty section
     _check_summary_and_counts(view, probes=7, columns=7)
     versions = page.locator("#versions-table tbody tr")
-    ran = {r.locator("th").inner_text(): r.locator("td").last.inner_text() for r in versions.all()}
+    ran = {r.locator("th").inner_text(): r.locator("td").nth(3).inner_text() for r in versions.all()}  # "ran here"
     assert "torch 2.13.0" in ran["cpu"] and "torch-neuronx" in ran["neuron"]
+    by_torch = {r.locator("th").inner_text(): [c.inner_text() for c in r.locator("td[class^=v-]").all()] for r in versions.all()}
+    assert by_torch["cpu"][4] == "tested" and len(by_torch["cpu"]) == 7  # torch 2.9 ... 2.15; 2.13 ran here
     assert view.empty_sections() == []
 
     assert view.broken_links() == []

@@ -9,9 +9,9 @@ from html import unescape
 import pytest
 
 from anydevice.compat_matrix import catalog, claims
+from anydevice.compat_matrix.page import build_site
 from anydevice.compat_matrix.runner import _assemble, _State
 from anydevice.compat_matrix.schema import Claim, Status
-from anydevice.compat_matrix.site import build_site
 from anydevice.registry import get_registry
 from tests.compat_matrix.builders import FIXTURES, result
 
@@ -72,7 +72,7 @@ def test_plugins_declare_only_probes_that_exist() -> None:
 
 def _cell(html: str, probe: str) -> tuple[str, str]:
     """The page has one column: the cell's summary and evidence as text (tags dropped)."""
-    row = re.search(rf'<tr class="probe-row" id="probe-{probe}".*?</details></td></tr>', html, re.S)
+    row = re.search(rf'<tr class="probe-row" id="probe-{probe}".*?</details></td>\s*</tr>', html, re.S)
     assert row is not None
     summary, evidence = row.group(0).split('<td class="cell ')[1].split("</summary>")
     text = unescape(re.sub(r"<[^>]+>", "", summary.split("<summary>")[1]))

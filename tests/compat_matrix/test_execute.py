@@ -10,8 +10,7 @@ import torch
 
 import anydevice as ad
 from anydevice.compat_matrix import catalog
-from anydevice.compat_matrix.context import ProbeContext
-from anydevice.compat_matrix.execute import run_probe
+from anydevice.compat_matrix.execute import ProbeContext, run_probe
 from anydevice.compat_matrix.probe import HarnessError, Partial, Probe, Skip
 from anydevice.compat_matrix.schema import MAX_LOG, ProbeResult, Stage, Status
 

@@ -7,12 +7,10 @@ import json
 import re
 from pathlib import Path
 
-from anydevice.compat_matrix.merge import build_matrix
-from anydevice.compat_matrix.origin import Source, origin
+from anydevice.compat_matrix.claims import Source, origin
+from anydevice.compat_matrix.merge import build_matrix, plugin_versions, supported_text, tally
+from anydevice.compat_matrix.page import build_site
 from anydevice.compat_matrix.schema import Claim, Stage, Status, dump_run, load_run
-from anydevice.compat_matrix.site import build_site
-from anydevice.compat_matrix.summary import tally
-from anydevice.compat_matrix.versions_table import plugin_versions, supported_text
 from tests.compat_matrix.builders import FIXTURES, result, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +78,7 @@ def test_a_gpu_column_appears_as_soon_as_a_cuda_result_exists(tmp_path: Path) ->
     grid = html.split('<table id="summary-grid">')[1].split("</table>")[0]
     assert "cuda · NVIDIA H200" in grid and "1/2 work" in grid and "failures: 1 from the device" in grid
     versions = html.split('<table id="versions-table">')[1].split("</table>")[0]
-    cuda_row = re.search(r'<tr data-plugin="cuda">.*?</tr>', versions)
+    cuda_row = re.search(r'<tr data-plugin="cuda">.*?</tr>', versions, re.S)
     assert cuda_row is not None and "torch 2.13.0" in cuda_row.group(0) and "not run here" not in cuda_row.group(0)
     # per torch version: the cuda result file makes 2.13 tested, the other claimed versions stay declared
     assert re.search(

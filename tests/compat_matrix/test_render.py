@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from anydevice import compat_matrix
 from anydevice.compat_matrix.cli import main
 from anydevice.compat_matrix.merge import build_matrix, diff_runs, load_runs, merge
+from anydevice.compat_matrix.page import build_site, check_site, environment, write_site
 from anydevice.compat_matrix.render_md import md
 from anydevice.compat_matrix.schema import Status, dump_run
-from anydevice.compat_matrix.site import build_site, check_site, write_site
 from tests.compat_matrix.builders import FIXTURES, result, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,13 +41,23 @@ def test_hostile_text_is_escaped_everywhere() -> None:
     site = build_site(_fixtures())
     html, markdown = site.files["index.html"], site.files["index.md"]
     assert EVIL not in html and "<script>alert" not in html
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html  # markupsafe spells the quote &#39;
     assert html.count("<script") == 2  # the data blob and the page's own script, nothing else
     blob = re.search(r'<script type="application/json" id="matrix-data">(.*?)</script>', html, re.S)
     assert blob is not None and "<" not in blob.group(1)
     assert json.loads(blob.group(1))["runs"]
     assert "<script>" not in markdown and "&lt;script&gt;" in markdown
     assert md("a|b\nc") == "a\\|b c"
+
+
+def test_page_comes_from_the_shipped_templates_autoescaped_and_self_contained() -> None:
+    templates = Path(compat_matrix.__file__).parent / "templates"
+    assert environment().get_template("page.html.j2").environment.autoescape is True
+    html = build_site(_fixtures()).files["index.html"]
+    for name in ("page.css", "page.js"):  # inlined verbatim: Jinja syntax in them would have been interpreted
+        assert (templates / name).read_text() in html
+    assert html.count("<style>") == 1 and " src=" not in html and "<link" not in html  # no network
+    assert not re.search(r'href="(?!#)', html)  # every link stays on the page
 
 
 def test_malformed_file_is_reported_and_the_rest_render() -> None:

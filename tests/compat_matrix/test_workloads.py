@@ -21,7 +21,7 @@ def _probe(name: str):  # type: ignore[no-untyped-def]
 
 def test_workload_probes_are_in_the_catalogue():
     names = [p.name for p in catalog.builtin_probes() if p.group == "workloads"]
-    assert names == ["hf_llama_loop", "hf_trainer", "cuda_compat_script"]
+    assert names == ["hf_llama_loop", "hf_trainer", "cuda_compat_script", "serve_vllm"]
 
 
 def test_hf_llama_loop_passes_on_cpu_with_numerics(monkeypatch: pytest.MonkeyPatch):

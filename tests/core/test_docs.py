@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+
+import tomllib
 
 from anydevice import settings
 from tests.utils import REPO
@@ -41,3 +44,24 @@ def test_every_hook_and_shim_method_is_documented() -> None:
         methods = [m for m, v in vars(proto).items() if callable(v) and not m.startswith("_")]
         undocumented = [m for m in methods if not inspect.getdoc(getattr(proto, m))]
         assert methods and not undocumented, (proto.__name__, undocumented)
+
+
+def test_readme_names_every_lane_scripts_test_runs() -> None:
+    from tests.core.test_lanes import lane_table
+
+    lanes = list(lane_table())
+    readme = (REPO / "README.md").read_text()
+    counted = re.search(r"`scripts/test` runs ruff, mypy and (\w+) lanes \(([a-z0-9., -]+)\)", readme)
+    assert counted is not None, "README: say how many lanes scripts/test runs, and which"
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+    assert counted.group(1) == words[len(lanes)] and counted.group(2).split(", ") == lanes
+    for lane in lanes:  # each lane's venv has a row in the table
+        assert re.search(rf"^\| {lane} \|", readme, re.M), lane
+
+
+def test_readme_lists_every_runtime_dependency() -> None:
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    section = (REPO / "README.md").read_text().split("## Dependencies")[1].split("\n## ")[0]
+    names = [re.match(r"[A-Za-z0-9_.-]+", d).group(0) for d in deps]  # type: ignore[union-attr]
+    missing = [n for n in names if f"`{n}" not in section]
+    assert not missing, f"README's Dependencies section does not name {missing}"

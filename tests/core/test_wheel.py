@@ -40,6 +40,8 @@ def test_wheel_maps_plugins_and_shims_under_the_anydevice_namespace(wheel: Path)
     names = zipfile.ZipFile(wheel).namelist()
     assert "anydevice/plugins/cpu.py" in names and "anydevice/shims/eager.py" in names
     assert "anydevice/compat_matrix/__init__.py" in names and "anydevice/py.typed" in names
+    templates = {f"anydevice/compat_matrix/templates/{n}" for n in ("page.html.j2", "page.css", "page.js")}
+    assert templates <= set(names)  # the matrix page's templates ship as package data
     assert "anydevice/shims/cuda_compat/redirect.py" in names and "anydevice-cuda-compat.pth" in names
     assert "anydevice/compat_matrix/lanes/core-torch2.15.json" in names  # doctor's "tested here" ships with the package
     assert not [n for n in names if n.split("/")[0] in {"plugins", "shims", "compat_matrix", "tests", "examples"}]
@@ -86,6 +88,16 @@ def test_wheel_installs_into_a_fresh_venv_and_works(wheel: Path, tmp_path: Path)
     )
     assert listing.returncode == 0, listing.stderr
     assert {"cpu", "cuda", "tpu", "neuron", "xla", "mps", "xpu"} <= {d["name"] for d in json.loads(listing.stdout)["devices"]}
+    fixture = REPO / "tests" / "compat_matrix" / "fixtures" / "cpu-new.json"
+    render = subprocess.run(
+        [str(py), "-m", "anydevice", "matrix", "render", str(fixture), "--out", str(tmp_path / "page")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert render.returncode == 0, render.stderr  # the page renders from the wheel's own templates
+    assert 'id="summary-grid"' in (tmp_path / "page" / "index.html").read_text(encoding="utf-8")
     # the start-up hook came with the wheel: ANYDEVICE_CUDA_COMPAT=1 alone redirects an unmodified script
     assert (site / "anydevice-cuda-compat.pth").is_file()
     script = "import torch; print(torch.cuda.is_available(), torch.ones(1, device='cuda').device)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -73,10 +74,104 @@ def test_children_get_the_resolved_device_and_no_autoload():
 
 def test_per_rank_environment_is_set_before_the_script_runs():
     """The child side of the torchrun launcher applies launch_env(local_rank) (e.g. NEURON_RT_VISIBLE_CORES)."""
-    rank_env = json.dumps({"0": {"PER_RANK": "core-0"}, "1": {"PER_RANK": "core-1"}})
-    result = python("-m", "anydevice.cli.launch", "--as-rank", rank_env, "--", WORKERS / "env.py", LOCAL_RANK="1", RANK="1")
+    from anydevice.cli.launch import LaunchSpec, rank_args
+
+    spec = LaunchSpec(script=str(WORKERS / "env.py"), rank_env={0: {"PER_RANK": "core-0"}, 1: {"PER_RANK": "core-1"}})
+    result = python(*rank_args(spec), LOCAL_RANK="1", RANK="1")
     assert result.returncode == 0, result.stderr
     assert result.json_lines()[0]["env"]["PER_RANK"] == "core-1"
+
+
+MODULE = """
+import json, os, sys
+print(json.dumps({
+    "rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]), "name": __name__, "argv": sys.argv,
+    "path0": sys.path[0], "cuda_compat_loaded": "anydevice.cuda_compat" in sys.modules,
+    "cuda_compat_env": os.environ.get("ANYDEVICE_CUDA_COMPAT"),
+}), flush=True)
+"""
+
+
+def _run_in(cwd, *args, **extra):
+    import subprocess
+    import sys
+
+    from tests.distributed.helpers import Result, _env
+
+    cmd = [sys.executable, "-c", "import sys; del sys.path[0]; from anydevice.cli import main; sys.exit(main())", "run"]
+    proc = subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, timeout=240, env=_env(extra), cwd=cwd)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_m_runs_a_module_on_two_ranks_with_cuda_compat(tmp_path):
+    """`anydevice run -n 2 --cuda-compat -m pkg.train ARGS`: python's -m on every rank, cuda-compat loaded first."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(MODULE)
+    result = _run_in(tmp_path, "-n", "2", "--cuda-compat", "-m", "pkg.train", "--steps", "3")
+    assert result.returncode == 0, result.stderr
+    ranks = result.by_rank()
+    assert sorted(ranks) == [0, 1]
+    for row in ranks.values():
+        assert row["world"] == 2 and row["name"] == "__main__"
+        assert row["argv"] == [str(tmp_path / "pkg" / "train.py"), "--steps", "3"]
+        assert row["path0"] == str(tmp_path)
+        assert row["cuda_compat_loaded"] is True and row["cuda_compat_env"] == "1"
+
+
+def test_m_runs_a_package_main(tmp_path):
+    (tmp_path / "tool").mkdir()
+    (tmp_path / "tool" / "__init__.py").write_text("")
+    (tmp_path / "tool" / "__main__.py").write_text(MODULE)
+    result = _run_in(tmp_path, "-n", "1", "-m", "tool")
+    assert result.returncode == 0, result.stderr
+    (row,) = result.json_lines()
+    assert row["name"] == "__main__" and row["argv"][0].endswith("__main__.py") and row["cuda_compat_loaded"] is False
+
+
+def test_a_command_gets_the_selection_environment():
+    """`anydevice run -- COMMAND`: what ranks get (device, autoload, integrations), one process, its exit status."""
+    from anydevice.backend import select
+    from anydevice.integrations import launch_environment
+
+    show = "import json, os; print(json.dumps(dict(os.environ))); raise SystemExit(3)"
+    result = anydevice_run("--cuda-compat", "--", sys.executable, "-c", show, ANYDEVICE="cpu")
+    assert result.returncode == 3, result.stderr  # the command's status
+    (env,) = result.json_lines()
+    assert env["ANYDEVICE"] == "cpu"
+    assert env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
+    assert env["ANYDEVICE_CUDA_COMPAT"] == "1"
+    assert env["ANYDEVICE_LAUNCH_PARENT"].isdigit()
+    expected = launch_environment(select("cpu"))
+    assert expected, "the cpu selection gives the integrations' variables"
+    assert {k: env.get(k) for k in expected} == expected
+    assert "RANK" not in env and "WORLD_SIZE" not in env  # a command is not a rank
+
+
+def test_plan_resolves_the_device_once(monkeypatch):
+    import anydevice.selection as selection
+    from anydevice.cli.launch import build_parser, plan
+
+    calls = []
+    real = selection.resolve
+    monkeypatch.setattr(selection, "resolve", lambda *a, **k: calls.append(a) or real(*a, **k))
+    monkeypatch.setenv("ANYDEVICE", "cpu")
+    spec, collectives = plan(build_parser().parse_args(["-n", "2", str(WORKERS / "env.py")]))
+    assert len(calls) == 1
+    assert spec.nproc_per_node == 2 and collectives.launcher == "torchrun"
+
+
+def test_the_launcher_is_the_one_the_shim_names(monkeypatch):
+    """`anydevice run` calls LAUNCHERS[collectives.launcher]; the shim's own launch() is not called."""
+    from anydevice.cli import launch, lifeline
+
+    seen = []
+    monkeypatch.setitem(launch.LAUNCHERS, "torchrun", lambda spec: seen.append(spec) or 7)
+    monkeypatch.setattr(lifeline, "guard_descendants", lambda: None)
+    monkeypatch.setenv("ANYDEVICE", "cpu")
+    assert launch.main(["-n", "2", str(WORKERS / "env.py"), "--x"]) == 7
+    (spec,) = seen
+    assert spec.script_args == ("--x",) and spec.nproc_per_node == 2 and not spec.is_module
 
 
 def test_bad_arguments_fail_clearly():
@@ -186,3 +281,12 @@ def test_single_process_launcher_refuses_more_than_one_rank() -> None:
 
     with pytest.raises(DistributedError, match="one process per machine; 2 were asked for"):
         single_process(LaunchSpec(script="train.py", nproc_per_node=2))
+
+
+def test_an_unknown_declared_launcher_is_a_clear_error() -> None:
+    from anydevice.cli.launch import registered_launcher
+    from anydevice.errors import DistributedError
+
+    with pytest.raises(DistributedError, match="launcher 'nope' is not known to anydevice run") as info:
+        registered_launcher("nope")
+    assert "register_launcher(name, fn)" in str(info.value) and "torchrun" in str(info.value)

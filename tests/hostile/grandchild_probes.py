@@ -10,7 +10,7 @@ import os
 import subprocess
 import time
 
-from anydevice.compat_matrix.context import ProbeContext
+from anydevice.compat_matrix.execute import ProbeContext
 from anydevice.compat_matrix.probe import Probe
 
 

@@ -71,3 +71,56 @@ def test_llama3_debug_model_trains_on_the_selected_device(tmp_path: Path) -> Non
     assert all(math.isfinite(v) for v in values)
     assert values[0] == pytest.approx(math.log(2048), rel=0.15)  # random init over the debug model's 2048 logits
     assert min(values[-2:]) < values[0] - 0.3  # it learns (a real run: 8.10 -> 7.46 in 6 steps)
+
+
+def test_llama3_debug_model_trains_on_two_ranks_through_anydevice_run_m(tmp_path: Path) -> None:
+    """`anydevice run -n 2 -m anydevice.integrations.torchtitan`: FSDP over gloo (no PREMUL_SUM), 3 steps."""
+    pytest.importorskip("torchtitan", reason="the titan lane (requirements/titan.txt) has torchtitan")
+    tok_dir, data_dir = make_assets(tmp_path)
+    steps = 3
+    cmd = [
+        sys.executable, "-c", "import sys; del sys.path[0]; from anydevice.cli import main; sys.exit(main())",
+        "run", "-n", "2", "-m", "anydevice.integrations.torchtitan",
+        "--module", "llama3", "--config", "llama3_debugmodel",
+        "--hf_assets_path", str(tok_dir), "--dataloader.dataset_path", str(data_dir),
+        "--training.steps", str(steps), "--training.seq_len", "64", "--training.local_batch_size", "2",
+        "--dump_folder", str(tmp_path / "out"),
+    ]  # fmt: skip
+    env = {**os.environ, "ANYDEVICE": "cpu", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    for key in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
+        env.pop(key, None)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    log = ANSI.sub("", out.stdout + out.stderr)
+    assert out.returncode == 0, log[-5000:]
+    assert log.count("torchtitan: device cpu (was cuda)") == 2  # both ranks patched torchtitan
+    assert "dp_shard=2" in log  # one world of two, sharded by FSDP
+    assert "PREMUL_SUM" not in log
+    found = [(int(s), float(v)) for s, v in STEP.findall(log)]
+    assert sorted({s for s, _ in found}) == list(range(1, steps + 1)), log[-3000:]
+    assert all(sum(1 for s, _ in found if s == step) == 2 for step in range(1, steps + 1))  # each rank logged each step
+    losses = {s: v for s, v in found}
+    values = [losses[s] for s in sorted(losses)]
+    assert all(math.isfinite(v) for v in values)
+    assert values[-1] < values[0]  # it learns (a real run: 8.12 -> 8.00 in 3 steps)
+
+
+REBIND = """
+import json
+import torchtitan.distributed.parallel_dims as parallel_dims  # copies device_type only, before the patch
+import torchtitan.components.metrics as metrics  # copies both names, before the patch
+from anydevice.integrations.torchtitan import patch
+done = patch()
+print(json.dumps({"parallel_dims": parallel_dims.device_type, "metrics": metrics.device_type, "modules": done.modules}))
+"""
+
+
+def test_patch_rebinds_modules_that_copied_device_type_before_it() -> None:
+    pytest.importorskip("torchtitan", reason="the titan lane (requirements/titan.txt) has torchtitan")
+    env = {**os.environ, "ANYDEVICE": "cpu", "ANYDEVICE_QUIET": "1"}
+    out = subprocess.run([sys.executable, "-c", REBIND], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    assert row["parallel_dims"] == "cpu" and row["metrics"] == "cpu"
+    assert {"torchtitan.distributed.parallel_dims", "torchtitan.components.metrics", "torchtitan.tools.utils"} <= set(
+        row["modules"]
+    )
