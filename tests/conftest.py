@@ -11,6 +11,26 @@ import pytest
 
 from tests.utils import CLEARED, TEST_PLUGINS
 
+QUICK_EXCLUDED = Path(__file__).with_name("quick_excluded.txt")
+"""Tests measured over two seconds in a full run (``scripts/quick-list`` writes it): ``--quick`` leaves them out."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick", action="store_true", help="the edit-test loop: also leave out the tests tests/quick_excluded.txt lists"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--quick``, deselect the tests measured slow (a list, so the core lanes still run them)."""
+    if not config.getoption("quick"):
+        return
+    listed = {line.strip() for line in QUICK_EXCLUDED.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    dropped = [item for item in items if item.nodeid in listed]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item.nodeid not in listed]
+
 
 @pytest.fixture(autouse=True)
 def clean_anydevice(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
