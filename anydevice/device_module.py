@@ -327,7 +327,7 @@ def device_module() -> Any:
     from anydevice.backend import current
     from anydevice.shims.contracts import CudaShaped
 
-    shim = current().shims.capability(CudaShaped)  # an optional capability of the plugin's shims
+    shim = current().shims.capability(CudaShaped)  # type: ignore[type-abstract]  # looked up, never built
     if shim is None:
         raise UnsupportedDeviceFunctionError("device_module", current().name, "its plugin offers no torch.cuda-shaped module")
     return shim.device_module()

@@ -14,6 +14,7 @@ may also inherit; core asks for one with :meth:`Shims.capability` and gets None 
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -331,12 +332,15 @@ class HostTransfer:
         return True
 
 
-class CudaShaped:
-    """Optional: a ``torch.cuda``-shaped module for this device (``ad.device_module()``, cuda-compat)."""
+class CudaShaped(ABC):
+    """Optional: a ``torch.cuda``-shaped module for this device (``ad.device_module()``, cuda-compat).
 
+    There is no default: a shim that offers the capability must say which module it is.
+    """
+
+    @abstractmethod
     def device_module(self) -> Any:
         """The module: ``torch.<device>`` where complete, else an ``anydevice.device_module.DeviceModule``."""
-        raise NotImplementedError
 
 
 @dataclass
