@@ -71,6 +71,11 @@ class Placement:
     """The ``torch.device`` type of the device's tensors (``cuda``, ``xla``, a PrivateUse1 name)."""
     lazy: bool = False
     """True when ops are recorded and run at :meth:`step` (torch_xla); integrations that switch modes read it."""
+    host: bool = False
+    """True when the device is the host CPU itself: ``device()`` has no index, copies to it are synchronous,
+    ``anydevice run -n N`` bounds N by cores, not by a device count."""
+    pinned_memory: bool = True
+    """True when page-locked host memory exists for copies to this device (``Tensor.pin_memory()`` works)."""
 
     def __init__(self, device_type: str) -> None:
         self.device_type = device_type

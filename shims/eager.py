@@ -70,6 +70,8 @@ class EagerVendor:
     """Use ``torch.<device_type>`` (count, set_device, synchronize) even where ``torch.accelerator`` matches."""
     host: bool = False
     """The device is the host itself: ``device()`` has no index, copies to it are synchronous."""
+    pinned_memory: bool = True
+    """Page-locked host memory exists for copies to the device (never on the host itself)."""
 
 
 class EagerPlacement(Placement, Diagnostics, CudaShaped):
@@ -78,6 +80,8 @@ class EagerPlacement(Placement, Diagnostics, CudaShaped):
     def __init__(self, vendor: EagerVendor) -> None:
         super().__init__(vendor.device_type)
         self.vendor = vendor
+        self.host = vendor.host
+        self.pinned_memory = vendor.pinned_memory and not vendor.host
         self._device_module: Any = None
 
     def _native(self, name: str) -> Any:

@@ -185,6 +185,7 @@ class XlaPlacement(Placement, Diagnostics, CudaShaped, HostTransfer):
     """Placement on a lazy XLA device: ops are traced until ``step()`` cuts and launches the graph."""
 
     lazy = True
+    pinned_memory = False  # torch_xla registers no pinned host allocator (pin_memory() asks CUDA)
 
     def __init__(self, vendor: XlaVendor) -> None:
         super().__init__("xla")
