@@ -540,4 +540,7 @@ def _detect_all(pending: list[tuple[str, Any]], deadline: float, emit: Any) -> N
 
 
 if __name__ == "__main__":
+    from anydevice import startup
+
+    startup.exempt()  # anydevice's own child: the cuda-compat start-up hook never enables here
     raise SystemExit(_child())

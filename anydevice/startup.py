@@ -2,73 +2,111 @@
 
 ``anydevice-cuda-compat.pth`` (installed beside the package) calls :func:`install` only when the
 variable is set; unset, the line costs one environment lookup and imports nothing. :func:`install`
-imports no torch: it waits for the script's ``import torch`` and enables cuda-compat right after it,
-so ``mp.spawn`` children and torchrun ranks (which inherit the variable) are covered too. anydevice's
-own command line (the ``anydevice run`` parent) is left alone; its ranks enable it themselves.
+imports no torch: it puts the import hook of :mod:`anydevice.cuda_compat.scope` in place, which
+enables cuda-compat the first time a module that is not torch's or anydevice's own imports torch
+(the script, or a library it imports first), so ``mp.spawn`` children and torchrun ranks (which
+inherit the variable) are covered too. It never raises into the script's ``import torch``: a bad
+value, or a device that cannot be selected, is one line on stderr and torch stays as it is.
+
+anydevice's own processes are exempt by construction: the CLI's entry point, the detection child
+and the matrix workers call :func:`exempt` before they import torch (their ranks and probes enable or
+skip cuda-compat explicitly). Torch imported while anydevice's own code runs (``ad.device()`` before
+any ``import torch``, a plugin's detection) does not enable it either: the next import of torch by the
+script does.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
 import sys
-from collections.abc import Sequence
-from types import ModuleType
+from typing import Any
+
+VARIABLE = "ANYDEVICE_CUDA_COMPAT"
+_exempt = False
+_said: set[str] = set()
 
 
-def _is_anydevice_cli() -> bool:
-    argv0 = sys.argv[0] if sys.argv else ""
-    return os.path.basename(argv0) == "anydevice" or argv0.endswith(os.path.join("anydevice", "__main__.py"))
+def _say(line: str) -> None:
+    if line in _said:
+        return
+    _said.add(line)
+    try:
+        sys.stderr.write(f"anydevice: {line}\n")
+    except (OSError, ValueError, AttributeError):  # closed or missing stderr: nothing to say it on
+        pass
 
 
-def _enable() -> None:
+def requested() -> bool:
+    """Whether ``ANYDEVICE_CUDA_COMPAT`` asks for cuda-compat; a value that is not yes/no is said once and means off."""
     from anydevice import settings
+    from anydevice.errors import AnyDeviceError
 
-    if settings.ANYDEVICE_CUDA_COMPAT.flag() and not _is_anydevice_cli():
-        import anydevice.cuda_compat
-
-        anydevice.cuda_compat.enable()
-
-
-class _EnablingLoader(importlib.abc.Loader):
-    """Runs torch's own loader, then enables cuda-compat."""
-
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self.loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.loader.exec_module(module)
-        if module.__spec__ is not None:
-            module.__spec__.loader = self.loader  # torch sees its own loader again
-        module.__loader__ = self.loader
-        _enable()
+    try:
+        return bool(settings.ANYDEVICE_CUDA_COMPAT.flag())
+    except AnyDeviceError as exc:
+        raw = os.environ.get(VARIABLE, "")
+        _say(f"{VARIABLE}={raw!r} is not a yes/no value (1 or 0); cuda-compat is off. {exc.hint or ''}".strip())
+        return False
 
 
-class _AfterTorch(importlib.abc.MetaPathFinder):
-    """Finds ``torch`` with the other finders and wraps its loader; removes itself once used."""
+def _anydevice_is_running() -> bool:
+    """Whether anydevice's own code is on the stack (torch imported from inside a selection): read once, at enabling."""
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if name.startswith("anydevice.") and not name.startswith(("anydevice.startup", "anydevice.cuda_compat")):
+            return True
+        frame = frame.f_back
+    return False
 
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _EnablingLoader(spec.loader)
-                return spec
+
+def _on_torch() -> Any:
+    """Enable cuda-compat (the import hook's first non-internal ``import torch``); never raises into the import."""
+    from anydevice.cuda_compat.scope import installed_hook
+
+    hook = installed_hook()
+    if _exempt:
         return None
+    if _anydevice_is_running():
+        if hook is not None:
+            hook.waiting = True  # the script's next import of torch enables it
+        return None
+    try:
+        import anydevice.cuda_compat as compat
+
+        compat.enable()
+        active = compat._active
+    except Exception as exc:  # said on stderr: the script's import of torch must go on
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        _say(f"cuda-compat could not take effect: {first}; torch is untouched.")
+        return None
+    return active.scope if active is not None else None
 
 
 def install() -> None:
-    """Enable cuda-compat right after ``import torch`` (now, if torch is already imported)."""
-    if "torch" in sys.modules:
-        _enable()
-    elif not any(isinstance(f, _AfterTorch) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterTorch())
+    """Enable cuda-compat at the script's first ``import torch``, or now if torch is imported already.
+
+    The ``.pth`` line calls this at interpreter start; ``import anydevice.cuda_compat`` calls it too.
+    """
+    if _exempt or not requested():
+        return
+    from anydevice.cuda_compat.scope import ImportHook, installed_hook, torch_loaded
+
+    if installed_hook() is None:
+        ImportHook(_on_torch).install()
+    if torch_loaded() and not _anydevice_is_running():
+        hook = installed_hook()
+        if hook is not None and hook.scope is None and hook.waiting:
+            hook.waiting = False
+            hook.scope = _on_torch()
+
+
+def exempt() -> None:
+    """This process is anydevice's own (CLI, detection child, matrix worker): the hook never enables cuda-compat here."""
+    global _exempt
+    _exempt = True
+    from anydevice.cuda_compat.scope import installed_hook
+
+    hook = installed_hook()
+    if hook is not None and hook.scope is None:
+        hook.remove()

@@ -178,4 +178,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from anydevice import startup
+
+    startup.exempt()  # anydevice's own child: the cuda-compat start-up hook never enables here
     sys.exit(main())

@@ -166,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``anydevice`` and ``python -m anydevice``."""
+    from anydevice import startup
+
+    startup.exempt()  # the CLI is anydevice's own process: cuda-compat applies to the ranks it starts, not to it
     try:
         try:
             return _main(list(sys.argv[1:] if argv is None else argv))

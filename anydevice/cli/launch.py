@@ -273,7 +273,9 @@ def run_rank(
     sys.argv = [target, *args]  # run_module sets argv[0] to the module's file, as python -m does
     with lifeline.quiet_interrupt():
         if settings.ANYDEVICE_CUDA_COMPAT.flag():
-            import anydevice.cuda_compat  # noqa: F401 - redirects CUDA calls before the script runs
+            from anydevice import cuda_compat
+
+            cuda_compat.enable()  # before the script runs: the CLI process itself is exempt from the start-up hook
         if is_module:
             _check_module(target)
             runpy.run_module(target, run_name="__main__", alter_sys=True)

@@ -42,7 +42,7 @@ def test_wheel_maps_plugins_and_shims_under_the_anydevice_namespace(wheel: Path)
     assert "anydevice/compat_matrix/__init__.py" in names and "anydevice/py.typed" in names
     templates = {f"anydevice/compat_matrix/templates/{n}" for n in ("page.html.j2", "page.css", "page.js")}
     assert templates <= set(names)  # the matrix page's templates ship as package data
-    assert "anydevice/shims/cuda_compat/redirect.py" in names and "anydevice-cuda-compat.pth" in names
+    assert "anydevice/cuda_compat/redirect.py" in names and "anydevice-cuda-compat.pth" in names
     assert "anydevice/compat_matrix/lanes/core-torch2.15.json" in names  # doctor's "tested here" ships with the package
     assert not [n for n in names if n.split("/")[0] in {"plugins", "shims", "compat_matrix", "tests", "examples"}]
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

@@ -146,12 +146,17 @@ def compat() -> Any:
     cuda_compat.disable()
 
 
-def test_torch_internals_are_told_the_truth_and_the_script_the_device(compat: Any) -> None:
-    internal: dict[str, Any] = {"__name__": "torch.optim.optimizer", "torch": torch}
-    exec("answers = (torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.is_current_stream_capturing())", internal)
-    assert internal["answers"] == (False, 0, False)
-    with pytest.raises(RuntimeError, match="CUDA is not available"):  # as on a torch without CUDA
-        exec("torch.cuda.get_device_properties(torch.cuda.current_device())", internal)
+def test_torch_internals_hold_the_real_torch_and_the_script_a_view(compat: Any) -> None:
+    import sys
+
+    real = sys.modules["torch"]
+    assert torch is not real and torch.cuda is not real.cuda  # this test module was rebound at enable
+    internal: dict[str, Any] = {"__name__": "torch.optim.optimizer"}
+    exec("import torch\nanswers = (torch.cuda.is_available(), torch.cuda.device_count())", internal)
+    assert internal["torch"] is real and internal["answers"] == (False, 0)  # torch's own code: untouched, the truth
+    script: dict[str, Any] = {"__name__": "__main__"}
+    exec("import torch\nfrom torch.cuda import is_available\nanswers = (is_available(), torch.cuda.device_count())", script)
+    assert script["torch"] is torch and script["answers"] == (True, 1)
     assert (torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.is_current_stream_capturing()) == (True, 1, False)
     assert torch.accelerator.current_accelerator() == torch.device("cpu")
     model = torch.nn.Linear(4, 4).cuda()
@@ -162,8 +167,8 @@ def test_torch_internals_are_told_the_truth_and_the_script_the_device(compat: An
 
 
 def test_no_torch_cuda_name_reaches_cuda(compat: Any) -> None:
+    from anydevice.cuda_compat.torch_cuda import _cuda_names
     from anydevice.errors import UnsupportedDeviceFunctionError
-    from anydevice.shims.cuda_compat.torch_cuda import _cuda_names
 
     for name, value in _cuda_names().items():
         try:
@@ -225,13 +230,16 @@ def test_disable_restores_torch() -> None:
     from anydevice import cuda_compat
 
     ad.use("cpu")
+    import sys
+
     names = ("is_available", "Event", "device", "get_device_capability", "FloatTensor")
     before = [getattr(torch.cuda, n) for n in names] + [torch.Tensor.to, torch.load, torch.utils.data.DataLoader.__init__]
     cuda_compat.enable()
+    assert torch.cuda.is_available()  # this module holds the view while enabled
     cuda_compat.disable()
     after = [getattr(torch.cuda, n) for n in names] + [torch.Tensor.to, torch.load, torch.utils.data.DataLoader.__init__]
     assert all(a is b for a, b in zip(before, after))
-    assert not torch.cuda.is_available()
+    assert torch is sys.modules["torch"] and not torch.cuda.is_available()
 
 
 def test_cuda_compat_is_importable_without_side_effects_on_anydevice_import() -> None:

@@ -212,3 +212,64 @@ def test_gpt_script_with_torch_compile_on_xla() -> None:
     got, want = last_json(compat), last_json(by_hand)
     assert close(got["losses"], want["losses"]), (got, want)
     assert "torch.compile() -> backend='openxla'" in compat.stderr or "openxla" in compat.stderr
+
+
+OPTIMIZER_BEFORE_TO = """
+import json, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+model.register_buffer("scale", torch.ones(1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)  # built before .to(), as pytorch/examples mnist_forward_forward does
+weight, scale = model[0].weight, model.scale
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model.to(device)
+x = torch.randn(64, 8).to(device)
+y = x.sum(1, keepdim=True)
+losses = []
+for _ in range(5):
+    opt.zero_grad()
+    loss = (model(x) * model.scale - y).pow(2).mean()
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+print(json.dumps({"losses": losses, "same": [model[0].weight is weight, model.scale is scale], "device": str(weight.device)}))
+"""
+
+
+def test_optimizer_built_before_to_cuda_trains_on_xla(tmp_path: Path) -> None:
+    script = tmp_path / "before_to.py"
+    script.write_text(OPTIMIZER_BEFORE_TO)
+    plain = child_env({"PJRT_DEVICE": "CPU"})
+    cpu = _last_json(subprocess.run([sys.executable, str(script)], env=plain, capture_output=True, text=True, timeout=600))
+    xla = _last_json(
+        subprocess.run(
+            [sys.executable, str(script)],
+            env=child_env({"PJRT_DEVICE": "CPU", "ANYDEVICE": "xla", "ANYDEVICE_CUDA_COMPAT": "1"}),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    )
+    assert xla["device"].startswith("xla") and xla["same"] == [True, True]
+    assert all(abs(a - b) <= 1e-4 for a, b in zip(xla["losses"], cpu["losses"])), (xla, cpu)
+    assert xla["losses"][-1] < xla["losses"][0]
+
+
+def test_share_memory_on_xla_is_one_clear_refusal() -> None:
+    code = "import torch; m = torch.nn.Linear(2, 2).cuda(); m.share_memory()"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=child_env({"PJRT_DEVICE": "CPU", "ANYDEVICE": "xla", "ANYDEVICE_CUDA_COMPAT": "1"}),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode != 0
+    assert "share_memory_() (model.share_memory()) is not available on xla" in done.stderr, done.stderr[-2000:]
+    assert "_share_fd_" not in done.stderr
+
+
+def _last_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr[-3000:]
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return row

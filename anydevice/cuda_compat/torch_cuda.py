@@ -1,21 +1,19 @@
-"""``torch.cuda.*`` and ``torch.accelerator.*`` under cuda-compat: every public name is decided here.
+"""``torch.cuda.*`` and ``torch.accelerator.*`` as the script sees them: every public name is decided here.
 
-Each public ``torch.cuda`` name becomes exactly one of:
+The script and its libraries hold views of these modules (:mod:`.scope`); torch's own code holds
+the real ones and is never affected. In the ``torch.cuda`` view each public name is exactly one of:
 
 * **mapped** to ``ad.device_module()`` (:data:`MAPPED`, :data:`ALIASES`), or to torch's CPU RNG on cpu;
 * **answered neutrally** with the value that is true on the device (:data:`NEUTRAL`:
   ``is_current_stream_capturing() -> False``, ``get_arch_list() -> []``; memory counters the device does
   not keep -> 0); ``make_graphed_callables`` returns the callables; ``nvtx`` ranges do nothing;
 * a **class** that stays a class (``Event``, ``Stream``, ``device``, legacy ``FloatTensor``: see
-  :mod:`~anydevice.shims.cuda_compat.host_types`);
+  :mod:`~anydevice.cuda_compat.host_types`);
 * **refused**: :class:`~anydevice.errors.UnsupportedDeviceFunctionError` naming the call and the device.
 
-CUDA's own implementation is never called. Every function answers per caller (one frame read): torch's
-own code (optimizers, DataLoader, dynamo, inductor, serialization, autocast) is told the truth, as on a
-torch without CUDA (:data:`TRUTHFUL`, seeds queued and dropped, otherwise :class:`CudaAbsentError`, a
-``RuntimeError``), so it never takes a CUDA-only path; the script and its libraries get the above.
-``torch.accelerator`` is answered the same way, so a script that asks it for "the accelerator" gets
-the selected device. Exceptions (``torch.cuda.OutOfMemoryError``) are kept.
+CUDA's own implementation is never called from the view, and every answer is the same for every
+caller of the view: no frame is read. ``torch.accelerator``'s view says the selected device is the
+accelerator. Exceptions (``torch.cuda.OutOfMemoryError``) are kept.
 """
 
 from __future__ import annotations
@@ -28,15 +26,13 @@ from typing import Any
 
 import torch
 
+from anydevice.cuda_compat.host_types import HostQueue, host_types, legacy_tensor_types, refused_type
+from anydevice.cuda_compat.redirect import Redirect
+from anydevice.cuda_compat.report import REDIRECTED, REFUSED
 from anydevice.errors import UnsupportedDeviceFunctionError
-from anydevice.shims.cuda_compat.host_types import HostQueue, host_types, legacy_tensor_types, refused_type
-from anydevice.shims.cuda_compat.redirect import Redirect, called_from_torch
-from anydevice.shims.cuda_compat.report import REDIRECTED, REFUSED
 
-TRUTHFUL = {"is_available": False, "device_count": 0, "is_initialized": False, "is_current_stream_capturing": False}
-"""What torch's own code is told (CUDA is absent); the script gets the device's answer."""
 MAPPED = (
-    "is_available", "device_count", "current_device", "set_device", "synchronize", "manual_seed", "manual_seed_all",
+    "is_available", "current_device", "set_device", "synchronize", "manual_seed", "manual_seed_all",
     "get_device_name", "get_device_properties", "memory_stats", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "init", "is_bf16_supported",
 )  # fmt: skip
@@ -110,27 +106,27 @@ def _cuda_names() -> dict[str, Any]:
     return names
 
 
-def install_torch_cuda(r: Redirect) -> None:
-    """Replace every public ``torch.cuda`` function and class (see the module docstring)."""
-    cuda, patch = torch.cuda, r.patches.set
+def cuda_view(r: Redirect) -> dict[str, Any]:
+    """What the script's ``torch.cuda`` holds instead of every public function and class (module docstring)."""
+    cuda = torch.cuda
+    view: dict[str, Any] = {}
     done: set[str] = set()
 
     def put(name: str, value: Any) -> None:
-        replacement = value if isinstance(value, type) else _per_caller(name, value)
-        wrapped = getattr(getattr(cuda, name, None), "__wrapped__", None)
-        if wrapped is not None and not isinstance(value, type):
-            # torch 2.15's dynamo reads torch.cuda.use_mem_pool.__wrapped__ (a @contextmanager) at import
-            replacement.__wrapped__ = wrapped  # type: ignore[attr-defined]
-        patch(cuda, name, replacement)
+        view[name] = value
         done.add(name)
 
     for name in MAPPED:
-        if name not in TRUTHFUL:
-            put(name, _mapped(r, f"torch.cuda.{name}()", name))
+        put(name, _mapped(r, f"torch.cuda.{name}()", name))
     for name, target in ALIASES.items():
         put(name, _mapped(r, f"torch.cuda.{name}()", target))
-    for name in TRUTHFUL:
-        put(name, _device_answer(r, name))
+    put("device_count", _device_count(r))
+    if r.host and r.local_world_size is not None:
+        put("current_device", _local_rank_index(r, "torch.cuda.current_device()"))
+    put(
+        "is_initialized",
+        lambda *a, **k: r.neutral("torch.cuda.is_initialized()", True, f"{r.name} was initialised when selected"),
+    )
     for name, (value, why) in NEUTRAL.items():
         if name not in done:
             put(name, _neutral(r, name, value, why))
@@ -151,7 +147,8 @@ def install_torch_cuda(r: Redirect) -> None:
             put(name, refused_type(name, r.name, "a CUDA-only type"))
         else:
             put(name, _refused(r, name))
-    _nvtx(r)
+    put("nvtx", _nvtx(r))
+    return view
 
 
 def _mapped(r: Redirect, call: str, target: str) -> Callable[..., Any]:
@@ -174,47 +171,30 @@ def _mapped(r: Redirect, call: str, target: str) -> Callable[..., Any]:
     return functools.wraps(fn)(mapped) if callable(fn) else mapped
 
 
-class CudaAbsentError(RuntimeError):
-    """What torch's own code gets from a ``torch.cuda`` function under cuda-compat: CUDA is not here.
+def _local_rank_index(r: Redirect, call: str) -> Callable[..., int]:
+    """``current_device()`` on a host device under a launcher: the local rank (``cuda:i`` is rank i's device)."""
 
-    A ``RuntimeError``, as on a torch without CUDA, so torch's ``except (AssertionError, RuntimeError)``
-    fallbacks (inductor's cache key, for one) take their non-CUDA path.
-    """
+    def current_device() -> int:
+        r.report.add(call, REDIRECTED, f"{r.local_rank}: the local rank's {r.name} device")
+        return r.local_rank
 
-
-LAZY_SEEDS = ("manual_seed", "manual_seed_all", "seed", "seed_all")
-"""Seeding calls torch makes itself (``torch.manual_seed``): queued and never run on a torch without CUDA."""
+    return current_device
 
 
-def _per_caller(name: str, for_script: Callable[..., Any]) -> Callable[..., Any]:
-    """Torch's own callers see no CUDA (:data:`TRUTHFUL`, no-op seeds, :class:`CudaAbsentError`); the script ``for_script``."""
-    truth = TRUTHFUL.get(name, _RAISE)
+def _device_count(r: Redirect) -> Callable[..., int]:
+    """``torch.cuda.device_count()``: on a host device, the number of local ranks (``cuda:i`` is rank i's device)."""
+    count = _mapped(r, "torch.cuda.device_count()", "device_count")
+    if not r.host:
+        return count
 
-    def answer(*args: Any, **kwargs: Any) -> Any:
-        if called_from_torch():
-            if truth is not _RAISE:
-                return truth
-            if name in LAZY_SEEDS:
-                return None
-            raise CudaAbsentError(f"torch.cuda.{name}(): CUDA is not available (cuda-compat answers torch's own code truthfully)")
-        return for_script(*args, **kwargs)
+    def device_count() -> int:
+        ranks = r.local_world_size
+        if ranks is None:
+            return int(count())
+        r.report.add("torch.cuda.device_count()", REDIRECTED, f"{ranks}: one {r.name} device per local rank")
+        return ranks
 
-    answer.__name__ = answer.__qualname__ = name
-    answer.__doc__ = getattr(for_script, "__doc__", None)
-    return answer
-
-
-_RAISE = object()
-
-
-def _device_answer(r: Redirect, name: str) -> Callable[..., Any]:
-    """What the script gets from an availability question: the device module's answer."""
-    call = f"torch.cuda.{name}()"
-    if name == "is_current_stream_capturing":
-        return lambda *a, **k: r.neutral(call, False, "no CUDA graph is ever captured")
-    if name == "is_initialized":
-        return lambda *a, **k: r.neutral(call, True, f"{r.name} was initialised when selected")
-    return _mapped(r, call, name)
+    return device_count
 
 
 def _neutral(r: Redirect, name: str, value: Any, why: str) -> Callable[..., Any]:
@@ -308,19 +288,21 @@ def _streams(r: Redirect, put: Callable[[str, Any], None]) -> None:
     r.patches.set(torch.Tensor, "record_stream", record_stream_on_queue)
 
 
-def _nvtx(r: Redirect) -> None:
-    """``torch.cuda.nvtx`` ranges mark CUDA profiles: nothing to mark here."""
+def _nvtx(r: Redirect) -> Any:
+    """``torch.cuda.nvtx`` ranges mark CUDA profiles: nothing to mark here (a view of the nvtx module)."""
     nvtx = torch.cuda.nvtx
+    view: dict[str, Any] = {}
     for name, value in NVTX.items():
         if hasattr(nvtx, name):
-            r.patches.set(nvtx, name, _neutral(r, f"nvtx.{name}", value, "NVTX marks CUDA profiles only"))
+            view[name] = _neutral(r, f"nvtx.{name}", value, "NVTX marks CUDA profiles only")
 
     @contextlib.contextmanager
     def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:  # noqa: A001 - nvtx's name
         r.neutral("torch.cuda.nvtx.range()", None, "NVTX marks CUDA profiles only")
         yield
 
-    r.patches.set(nvtx, "range", range)
+    view["range"] = range
+    return r.scope.add_view(nvtx, view)
 
 
 # -- torch.accelerator -------------------------------------------------------------------------------
@@ -342,25 +324,12 @@ ACCELERATOR = {
 """``torch.accelerator`` functions -> the device module function a script calling them gets."""
 
 
-def install_accelerator(r: Redirect) -> None:
-    """``torch.accelerator``: the script sees the selected device as the accelerator; torch's own code sees the truth."""
+def accelerator_view(r: Redirect) -> dict[str, Any]:
+    """What the script's ``torch.accelerator`` holds: the selected device is the accelerator."""
     acc = getattr(torch, "accelerator", None)
     if acc is None:
-        return
+        return {}
     device_type = r.target.type
-
-    def per_caller(name: str, for_script: Callable[..., Any]) -> None:
-        original = getattr(acc, name, None)
-        if original is None:
-            return
-
-        @functools.wraps(original)
-        def answer(*args: Any, **kwargs: Any) -> Any:
-            if called_from_torch():
-                return original(*args, **kwargs)
-            return for_script(*args, **kwargs)
-
-        r.patches.set(acc, name, answer)
 
     def available() -> bool:
         r.report.add("torch.accelerator.is_available()", REDIRECTED, f"True ({r.name} is selected)")
@@ -370,7 +339,12 @@ def install_accelerator(r: Redirect) -> None:
         r.report.add("torch.accelerator.current_accelerator()", REDIRECTED, f"torch.device({device_type!r})")
         return torch.device(device_type)
 
-    per_caller("is_available", available)
-    per_caller("current_accelerator", current)
+    answers: dict[str, Callable[..., Any]] = {"is_available": available, "current_accelerator": current}
+    answers["device_count"] = _device_count(r)
+    if r.host and r.local_world_size is not None:
+        answers["current_device_index"] = answers["current_device_idx"] = _local_rank_index(
+            r, "torch.accelerator.current_device_index()"
+        )
     for name, target in ACCELERATOR.items():
-        per_caller(name, _mapped(r, f"torch.accelerator.{name}()", target))
+        answers.setdefault(name, _mapped(r, f"torch.accelerator.{name}()", target))
+    return {name: functools.wraps(getattr(acc, name))(fn) for name, fn in answers.items() if hasattr(acc, name)}

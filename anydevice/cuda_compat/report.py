@@ -7,6 +7,7 @@ and ``mp.spawn`` children write ``path`` with ``.rank<N>`` or ``.pid<N>`` before
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -61,11 +62,51 @@ def json_path(base: str, rank: str | None) -> Path:
     return path.with_name(f"{path.stem}.{tag}{path.suffix}")
 
 
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` without following links: an O_CREAT|O_EXCL|O_NOFOLLOW temporary beside it, renamed.
+
+    Raises :class:`OSError` (with the cause) when ``path`` is a symbolic link, a directory, or its directory
+    is missing or not writable; nothing is written then.
+    """
+    import secrets
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISLNK(mode):
+        raise OSError(f"{path} is a symbolic link; the report is not written through links")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OSError(f"{path} is not a regular file")
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=1) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 def write_at_exit(report: MigrationReport, json_base: str | None, rank: str | None, quiet: bool) -> None:
-    """The ``atexit`` action: the stderr block (main process, unless quiet) and the JSON file (every process)."""
+    """The ``atexit`` action: the stderr block (main process, unless quiet) and the JSON file (every process).
+
+    A report path that cannot be written is one line on stderr; the program's exit status is kept.
+    """
     if json_base:
         target = json_path(json_base, rank)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(report.as_json(), indent=1) + "\n")
+        try:
+            write_json(target, report.as_json())
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            _say(f"anydevice: cuda-compat report not written to {str(target)!r}: {why}.")
     if not quiet and _is_main_process(rank):
-        sys.stderr.write(report.render() + "\n")
+        _say(report.render())
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # closed stderr: nothing to say it on
+        sys.stderr.write(text + "\n")

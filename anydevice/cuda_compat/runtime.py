@@ -6,9 +6,16 @@
 * **Fused optimizers** the device has no kernel for (``AdamW(fused=True)`` on xla) are built unfused, one notice.
 * **Lazy devices** (xla): a step boundary (``ad.step()``) after every ``optimizer.step()``, whatever the
   script does; a warning when backward passes pile up in one graph without a boundary.
-* **torch.compile** without ``backend=`` on a lazy device uses the device's compile backend (openxla).
+* **torch.compile** without ``backend=`` on a lazy device uses the device's compile backend (openxla),
+  in the script's view of torch.
 * **amp**: ``torch.autocast("cuda")``, ``torch.cuda.amp``, ``GradScaler("cuda")`` -> the device's type.
-* **distributed**: ``init_process_group("nccl")`` -> the device's backend; DDP ``device_ids`` where it takes them.
+* **distributed**: ``init_process_group("nccl")`` -> the device's backend (the script's view of
+  ``torch.distributed``); DDP ``device_ids`` where it takes them.
+* **share_memory** of a tensor on a device whose tensors cannot live in shared host memory (xla): a
+  clear refusal at the call instead of torch's raw error.
+
+Patches shared with torch's own code map only arguments that name CUDA (and the device's own tensors
+for ``share_memory``); everything else reaches the original with the same arguments.
 """
 
 from __future__ import annotations
@@ -20,8 +27,9 @@ from typing import Any
 
 import torch
 
-from anydevice.shims.cuda_compat.redirect import Redirect
-from anydevice.shims.cuda_compat.report import REDIRECTED
+from anydevice.cuda_compat.redirect import Redirect, same_builtin
+from anydevice.cuda_compat.report import REDIRECTED, REFUSED
+from anydevice.errors import UnsupportedDeviceFunctionError
 
 AUTOCAST_QUERIES = ("get_autocast_dtype", "is_autocast_enabled")
 PILE_UP = 16
@@ -124,22 +132,32 @@ def _step_boundaries(r: Redirect) -> None:
     r.patches.set(torch.Tensor, "backward", counted_backward)
 
 
-def install_compile(r: Redirect) -> None:
-    """``torch.compile`` without ``backend=`` on a lazy device: the device's compile backend."""
+def compile_view(r: Redirect) -> dict[str, Any]:
+    """The script's ``torch.compile`` (without ``backend=`` on a lazy device: the device's compiler) and autocast queries."""
+    view = _autocast_queries(r)
     backend = getattr(r.backend.shims.compilation, "backend", None)
     if not r.lazy or not isinstance(backend, str):
-        return
+        return view
     compile_ = torch.compile
 
     @functools.wraps(compile_)
     def compile_on_device(model: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if "backend" not in kwargs and len(args) < 2:
+        if "backend" not in kwargs and len(args) < 2 and _on_device(model, r.target.type):
             kwargs["backend"] = backend
             kwargs.setdefault("dynamic", False)
             r.report.add("torch.compile()", REDIRECTED, f"backend={backend!r} (the {r.name} compiler)")
         return compile_(model, *args, **kwargs)
 
-    r.patches.set(torch, "compile", compile_on_device)
+    view["compile"] = compile_on_device
+    return view
+
+
+def _on_device(model: Any, device_type: str) -> bool:
+    """Whether ``model`` is a module whose parameters are on ``device_type`` (what inductor cannot compile)."""
+    if not isinstance(model, torch.nn.Module):
+        return False
+    first = next(iter(model.parameters()), None)
+    return first is not None and first.device.type == device_type
 
 
 def install_amp(r: Redirect) -> None:
@@ -163,17 +181,25 @@ def install_amp(r: Redirect) -> None:
         scaler_init(self, r.device_type(device), *args, **kwargs)
 
     r.patches.set(scaler, "__init__", functools.wraps(scaler_init)(scaler_init_redirected))
+
+
+def _autocast_queries(r: Redirect) -> dict[str, Any]:
+    """``torch.is_autocast_enabled("cuda")`` and ``torch.get_autocast_dtype("cuda")`` ask about the device."""
+    view: dict[str, Any] = {}
     for name in AUTOCAST_QUERIES:
-        query = getattr(torch, name)
+        query = getattr(torch, name, None)
+        if query is None:
+            continue
 
         def mapped_query(*args: Any, _query: Any = query, **kwargs: Any) -> Any:
             return _query(*(r.device_type(a) for a in args), **kwargs)
 
-        r.patches.set(torch, name, functools.wraps(query)(mapped_query))
+        view[name] = same_builtin(query, functools.wraps(query)(mapped_query))
+    return view
 
 
 def install_distributed(r: Redirect) -> None:
-    """``init_process_group("nccl")`` -> the device's backend; DDP ``device_ids`` -> what the device takes."""
+    """``init_process_group("nccl")`` -> the device's backend (script's view); DDP ``device_ids`` -> what the device takes."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -188,11 +214,17 @@ def install_distributed(r: Redirect) -> None:
             if r.init_method != "env://" and "store" not in kwargs:
                 kwargs.setdefault("init_method", r.init_method)
         if "device_id" in kwargs:
-            kwargs["device_id"] = r.device(kwargs["device_id"], ints=True) if r.indexed else None
+            mapped = r.device(kwargs["device_id"], ints=True)
+            if mapped is not kwargs["device_id"]:
+                kwargs["device_id"] = mapped if r.indexed else None
         init(*args, **kwargs)
 
-    r.patches.set(dist, "init_process_group", init_process_group)
-    r.patches.set(dist, "is_nccl_available", lambda: bool(dist.is_backend_available(r.dist_backend)))
+    def is_nccl_available() -> bool:
+        r.report.add("dist.is_nccl_available()", REDIRECTED, f"whether {r.dist_backend!r} is available")
+        return bool(dist.is_backend_available(r.dist_backend))
+
+    view = {"init_process_group": init_process_group, "is_nccl_available": is_nccl_available}
+    r.scope.add_view(dist, view)
     ddp_init = DistributedDataParallel.__init__
 
     def ddp_init_redirected(
@@ -206,3 +238,61 @@ def install_distributed(r: Redirect) -> None:
         ddp_init(self, module, device_ids, output_device, *args, **kwargs)
 
     r.patches.set(DistributedDataParallel, "__init__", functools.wraps(ddp_init)(ddp_init_redirected))
+
+
+def install_share_memory(r: Redirect) -> None:
+    """``Tensor.share_memory_()``/``Module.share_memory()`` on a lazy device's tensors: one clear refusal."""
+    if not r.lazy:
+        return
+    share = torch.Tensor.share_memory_
+    device_type = r.target.type
+    reason = f"{r.name} tensors live in the device runtime, not in host memory that processes can share"
+    fix = (
+        "Share the model before moving it (model.share_memory() on the CPU, then .to() in each process), "
+        "or use torch.distributed (DDP) instead of Hogwild-style shared parameters."
+    )
+
+    @functools.wraps(share)
+    def share_memory_(self: torch.Tensor) -> torch.Tensor:
+        if self.device.type == device_type:
+            r.report.add("Tensor.share_memory_()", REFUSED, reason)
+            raise UnsupportedDeviceFunctionError("Tensor.share_memory_() (model.share_memory())", r.name, reason, fix)
+        return share(self)  # type: ignore[no-untyped-call,no-any-return]
+
+    r.patches.set(torch.Tensor, "share_memory_", share_memory_)
+
+
+def extensions_view(r: Redirect) -> Callable[[Any], dict[str, Any]]:
+    """The script's ``torch.utils.cpp_extension``: building CUDA sources is refused at the call (no CUDA compiler target)."""
+    reason = "CUDA kernels are compiled for NVIDIA GPUs only"
+    fix = "Use the extension's CPU implementation (many ship one beside the CUDA one), or run with ANYDEVICE=cuda."
+
+    def refuse(call: str) -> None:
+        r.report.add(call, REFUSED, reason)
+        raise UnsupportedDeviceFunctionError(call, r.name, reason, fix)
+
+    def cuda_files(sources: Any) -> bool:
+        files = [sources] if isinstance(sources, str) else list(sources or ())
+        return any(str(f).endswith((".cu", ".cuh")) for f in files)
+
+    def view(extension: Any) -> dict[str, Any]:
+        def load(name: str, sources: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("with_cuda") or cuda_files(sources):
+                refuse("torch.utils.cpp_extension.load(<CUDA sources>)")
+            return extension.load(name, sources, *args, **kwargs)
+
+        def load_inline(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if cuda_sources or kwargs.get("with_cuda"):
+                refuse("torch.utils.cpp_extension.load_inline(cuda_sources=...)")
+            return extension.load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
+
+        def cuda_extension(name: str, sources: Any, *args: Any, **kwargs: Any) -> Any:
+            refuse("torch.utils.cpp_extension.CUDAExtension()")
+
+        return {
+            "load": functools.wraps(extension.load)(load),
+            "load_inline": functools.wraps(extension.load_inline)(load_inline),
+            "CUDAExtension": functools.wraps(extension.CUDAExtension)(cuda_extension),
+        }
+
+    return view

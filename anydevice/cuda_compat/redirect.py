@@ -1,26 +1,35 @@
 """The device half of cuda-compat: ``"cuda"`` devices, ``.cuda()``, ``torch.load`` of GPU checkpoints.
 
 :class:`Redirect` holds what every patch needs (the selected backend, its device module, the
-migration report, the undo list) and maps CUDA devices to the selected one:
-``"cuda"``, ``"cuda:i"``, ``torch.device("cuda", i)`` and ``device=i`` in the factory functions
+migration report, the undo list, the script's view of torch) and maps CUDA devices to the selected
+one: ``"cuda"``, ``"cuda:i"``, ``torch.device("cuda", i)`` and ``device=i`` in the factory functions
 (:data:`FACTORIES`), ``Tensor.to``/``new_*``, ``Module.to``/``to_empty``, ``.cuda()``. ``cuda:i`` is the
 process's own device when ``i`` is its local rank (``cuda:LOCAL_RANK``), else index ``i``.
 ``torch.device("cuda")`` itself stays a CUDA device object (it is a C type): what a script prints
 for it is "cuda", while every tensor made with it reports the real device.
+
+These wrappers are shared by everyone (torch's own code passes a script's ``device="cuda"`` on), so
+each is transparent by construction: it rewrites only an argument that names CUDA and otherwise calls
+the original with the very same arguments. torch's tables keyed by a function's identity that are
+built on first use (the device-context constructors behind ``with torch.device("meta"):``) are built
+from the originals before anything is replaced. ``Module.to``/``.cuda()`` to a CUDA device keep
+every Parameter and buffer object (swapped in place, as on CUDA), so optimizers and hooks made
+before the move keep working.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from anydevice.shims.common import local_rank
-from anydevice.shims.cuda_compat.patches import Patches
-from anydevice.shims.cuda_compat.report import NEUTRAL, REDIRECTED, MigrationReport
+from anydevice import settings
+from anydevice.cuda_compat.patches import Patches
+from anydevice.cuda_compat.report import NEUTRAL, REDIRECTED, MigrationReport
+from anydevice.cuda_compat.scope import INTERNAL_PACKAGES, Scope
 
 if TYPE_CHECKING:
     from anydevice.backend import Backend
@@ -34,24 +43,32 @@ FACTORIES = (
 )  # fmt: skip
 """``torch.*`` functions whose ``device=`` is redirected."""
 TENSOR_METHODS = ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros")
-INTERNAL = ("torch.", "torch_xla.", "anydevice.")
-"""Module-name prefixes of callers that get torch's truthful answer (no CUDA here), not the device's."""
 
 
-def called_from_torch(depth: int = 2) -> bool:
-    """Whether the caller ``depth`` frames up is torch's (or torch_xla's, anydevice's) own code: one frame read."""
-    name: str = sys._getframe(depth).f_globals.get("__name__", "")
-    return name.startswith(INTERNAL) or name in ("torch", "torch_xla")
+def _prime_identity_tables() -> None:
+    """Build torch's first-use tables of function identities from the originals, before any is replaced."""
+    from torch.jit import _builtins
+    from torch.utils import _device
+
+    _device._device_constructors()
+    _builtins._get_builtin_table()  # type: ignore[no-untyped-call]
 
 
-def _unsupported(device: str) -> Mapping[str, str]:
-    """The features ``device``'s plugin declares unsupported (``DeviceSpec.unsupported``)."""
-    from anydevice.registry import get_registry
+def same_builtin(original: Any, replacement: Any) -> Any:
+    """Make TorchScript compile ``replacement`` as the aten op ``original`` is (``torch.jit.script`` of ``torch.zeros``)."""
+    from torch.jit import _builtins
 
+    op = _builtins._find_builtin(original)  # type: ignore[no-untyped-call]
+    if op is not None:
+        _builtins._register_builtin(replacement, op)
+    return replacement
+
+
+def _optional_int(value: str | None) -> int | None:
     try:
-        return get_registry().get(device).spec.unsupported
-    except Exception:
-        return {}
+        return int(value) if value else None
+    except ValueError:
+        return None
 
 
 def _tell(f: Any) -> int | None:
@@ -72,17 +89,21 @@ class Redirect:
         self.module = device_module
         self.target: torch.device = self.placement.device()
         self.name = backend.name
-        self.lazy = backend.compilations is not None  # a graph is built and compiled per step (lazy devices)
+        # declared by the plugin's placement (shims/contracts.py), never inferred
+        self.lazy: bool = self.placement.lazy
+        self.host: bool = self.placement.host
+        self.pinned_memory: bool = self.placement.pinned_memory and not self.host
         collectives = backend.shims.collectives
         self.dist_backend: str = collectives.backend
         self.init_method: str = collectives.init_method
-        self.host = self.target.index is None  # the device is the host CPU (no index; plugins declare host=True)
         self.indexed = not (self.host or self.lazy)  # takes device ids (DDP, init_process_group)
-        self.pinned_memory = not self.host and "pin_memory" not in _unsupported(backend.name)
         self.report = MigrationReport(backend.name if str(self.target) == backend.name else f"{backend.name} ({self.target})")
         self.patches = Patches()
         self._said: set[str] = set()
-        self.local_rank = local_rank()
+        self.local_rank = _optional_int(settings.LOCAL_RANK.get()) or 0
+        self.local_world_size = _optional_int(settings.LOCAL_WORLD_SIZE.get())
+        vendors = {name.replace("-", "_").partition(".")[0] for name in backend.versions}  # torch_xla, torch_tpu, ...
+        self.scope = Scope(INTERNAL_PACKAGES | vendors)
 
     # -- messages ----------------------------------------------------------------------------------
     def notice(self, line: str) -> None:
@@ -153,19 +174,68 @@ class Redirect:
     def install_devices(self) -> None:
         """Factories, ``Tensor.to``/``new_*``, ``Module.to``/``to_empty``, ``.cuda()``, ``torch.load``."""
         patch = self.patches.set
+        _prime_identity_tables()
         for name in FACTORIES:
             if hasattr(torch, name):
-                patch(torch, name, self._devices(getattr(torch, name), f"torch.{name}", ints=False))
+                original = getattr(torch, name)
+                patch(torch, name, same_builtin(original, self._devices(original, f"torch.{name}", ints=False)))
         for name in TENSOR_METHODS:
             patch(torch.Tensor, name, self._devices(getattr(torch.Tensor, name), f"Tensor.{name}", ints=False))
         patch(torch.Tensor, "to", self._devices(torch.Tensor.to, "Tensor.to", ints=True))
-        patch(torch.nn.Module, "to", self._devices(torch.nn.Module.to, "Module.to", ints=True))
-        patch(torch.nn.Module, "to_empty", self._devices(torch.nn.Module.to_empty, "Module.to_empty", ints=True))
+        patch(torch.nn.Module, "to", self._module_move(torch.nn.Module.to, "Module.to"))
+        patch(torch.nn.Module, "to_empty", self._module_move(torch.nn.Module.to_empty, "Module.to_empty"))
         self._dot_cuda()
         patch(torch, "load", self._load(torch.load))
         self._storages()
-        self._default_tensor_type()
-        patch(torch, "Generator", _generator_type(self))
+
+    def script_view(self) -> dict[str, Any]:
+        """Names of ``torch`` only scripts ask for CUDA through: they differ in the script's view alone."""
+        return {
+            "set_default_tensor_type": self._default_tensor_type(),
+            "Generator": _generator_type(self),
+        }
+
+    def _module_move(self, move: Callable[..., Any], label: str) -> Callable[..., Any]:
+        """``Module.to``/``to_empty`` that map CUDA devices and then keep every Parameter and buffer object."""
+        device = self.device
+        call = f"{label}(device='cuda')"
+        keep = self.keep_identity
+
+        @functools.wraps(move)
+        def module_move(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            mapped_args = tuple([device(a, True, call) for a in args])
+            mapped_kwargs = {k: device(v, True, call) if k == "device" else v for k, v in kwargs.items()}
+            named_cuda = any(a is not b for a, b in zip(args, mapped_args)) or any(
+                mapped_kwargs[k] is not v for k, v in kwargs.items()
+            )
+            if not named_cuda:
+                return move(module, *args, **kwargs)
+            return keep(module, lambda: move(module, *mapped_args, **mapped_kwargs))
+
+        return module_move
+
+    def keep_identity(self, module: torch.nn.Module, move: Callable[[], Any]) -> Any:
+        """Run ``move`` (a ``.to()`` of ``module``) so that its Parameter and buffer objects stay the same.
+
+        As on CUDA, where ``.to("cuda")`` keeps each Parameter: optimizers and hooks made before the move
+        keep working. Parameters go through torch's own swap-on-conversion; buffers are swapped the same way.
+        """
+        if self.host:
+            return move()  # moving to the host keeps every tensor as it is
+        buffers = [(owner, key, b) for owner in module.modules() for key, b in owner._buffers.items() if b is not None]
+        swapping = torch.__future__.get_swap_module_params_on_conversion()
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        try:
+            result = move()
+        finally:
+            torch.__future__.set_swap_module_params_on_conversion(swapping)
+        for owner, key, old in buffers:
+            new = owner._buffers.get(key)
+            if new is not None and new is not old:
+                torch.utils.swap_tensors(old, new)  # type: ignore[no-untyped-call]
+                owner._buffers[key] = old
+        self.report.add("Module.to('cuda')", REDIRECTED, f"{self.target}, keeping every Parameter and buffer object")
+        return result
 
     def _storages(self) -> None:
         """``storage.cuda()`` (``map_location=lambda s, loc: s.cuda()``): the device, or host memory where storages cannot be."""
@@ -179,7 +249,7 @@ class Redirect:
         for owner in (torch.storage._StorageBase, torch.TypedStorage):
             self.patches.set(owner, "cuda", storage_cuda)
 
-    def _default_tensor_type(self) -> None:
+    def _default_tensor_type(self) -> Callable[[Any], None]:
         """``torch.set_default_tensor_type("torch.cuda.FloatTensor")``: that dtype on the selected device."""
         original = torch.set_default_tensor_type
         redirect = self
@@ -193,10 +263,11 @@ class Redirect:
             original(f"torch.{name.removeprefix('torch.cuda.')}")
             torch.set_default_device(redirect.target)
 
-        self.patches.set(torch, "set_default_tensor_type", set_default_tensor_type)
+        return set_default_tensor_type
 
     def _dot_cuda(self) -> None:
         to = torch.Tensor.to
+        to_module = torch.nn.Module.to
         redirect = self
         target = str(self.target)
 
@@ -207,7 +278,8 @@ class Redirect:
 
         def module_cuda(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
             redirect.report.add("Module.cuda()", REDIRECTED, target)
-            return self.to(redirect.device_at(None) if device is None else redirect.device(device, True, "Module.cuda()"))
+            where = redirect.device_at(None) if device is None else redirect.device(device, True, "Module.cuda()")
+            return redirect.keep_identity(self, lambda: to_module(self, where))  # type: ignore[no-any-return]
 
         self.patches.set(torch.Tensor, "cuda", tensor_cuda)
         self.patches.set(torch.nn.Module, "cuda", module_cuda)
