@@ -272,7 +272,7 @@ def _run_worker(
         proc.stdout.close()
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
+def _kill(proc: subprocess.Popen[bytes]) -> None:
     """End the worker and every process it started (its process group), and reap it."""
     import signal
 

@@ -227,7 +227,7 @@ def standard_streams() -> None:
                 os.dup2(null, fd)
                 os.close(null)
         if getattr(sys, name) is None:  # Python found it closed at start-up
-            setattr(sys, name, open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False))
+            setattr(sys, name, open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False))  # noqa: SIM115
 
 
 def _quiet_stdout() -> None:
