@@ -56,4 +56,3 @@ def test_run_with_closed_stdout_and_stderr_does_its_work_and_exits_0(tmp_path: P
         assert sorted(p.name for p in tmp_path.glob("done*")) == ["done.0", "done.1"]  # every rank ran
         for path in tmp_path.glob("done*"):
             path.unlink()
-

@@ -47,6 +47,20 @@ def test_links_another_user_planted_in_a_shared_out_are_never_followed(
 
 
 @needs_root
+def test_an_out_directory_that_is_another_users_link_is_refused(
+    tmp_path: Path, shared: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "index.md").write_text("our own page\n")
+    as_other("ln", "-s", str(ours), str(shared / "site"))
+    assert main(["render", str(_results(tmp_path)), "--out", str(shared / "site")]) == 1
+    err = capsys.readouterr().err
+    assert "it is a symbolic link owned by another user (uid 65534)" in err
+    assert sorted(p.name for p in ours.iterdir()) == ["index.md"] and (ours / "index.md").read_text() == "our own page\n"
+
+
+@needs_root
 def test_a_page_file_that_is_another_users_link_is_refused_and_force_replaces_the_link_only(
     tmp_path: Path, shared: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
