@@ -17,6 +17,8 @@ from collections import deque
 from typing import Literal
 
 Kind = Literal["message", "output", "end"]
+MAX_LINE = 1 << 20
+"""Bytes of one line kept before it is delivered unfinished."""
 
 
 class WorkerPipes:
@@ -86,7 +88,7 @@ class WorkerPipes:
     def _split(self, fd: int, chunk: bytes, kind: Kind, *, final: bool) -> None:
         *lines, rest = (self._buffers[fd] + chunk).split(b"\n")
         self._ready.extend((kind, line.decode("utf-8", "replace") + "\n") for line in lines)
-        if final and rest:
+        if rest and (final or (kind == "output" and len(rest) > MAX_LINE)):  # output without newlines: in pieces
             self._ready.append((kind, rest.decode("utf-8", "replace")))
             rest = b""
         self._buffers[fd] = rest
