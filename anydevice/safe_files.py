@@ -91,14 +91,20 @@ def write_bytes(
 
 
 def write_json(
-    path: str | os.PathLike[str], data: Any, *, ours_keys: Collection[str], force: bool = False, indent: int | None = 2
+    path: str | os.PathLike[str],
+    data: Any,
+    *,
+    ours_keys: Collection[str],
+    force: bool = False,
+    indent: int | None = 2,
+    sort_keys: bool = False,
 ) -> None:
-    """Write ``data`` as JSON (:func:`write_bytes`); an existing file is replaced only when it is a JSON object with every
-    key of ``ours_keys`` (an earlier file of the same kind), or with ``force``.
+    """Write ``data`` as JSON and a newline (:func:`write_bytes`); an existing file is replaced only when it is a JSON
+    object with every key of ``ours_keys`` (an earlier file of the same kind), or with ``force``.
 
     The cuda-compat report writes its ``{"device", "calls"}`` file with ``ours_keys=("device", "calls")``.
     """
-    text = json.dumps(data, indent=indent, sort_keys=indent is not None) + "\n"
+    text = json.dumps(data, indent=indent, sort_keys=sort_keys) + "\n"
     write_bytes(path, text.encode("utf-8"), ours=json_with(ours_keys), force=force)
 
 

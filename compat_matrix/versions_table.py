@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     record = record_lane(args.lane, args.devices, args.exit_code, args.junit)
     try:  # atomic: readers (the page, doctor) never see half a file; only an earlier lane record is replaced
-        write_json(args.out, asdict(record), ours_keys=LANE_KEYS)
+        write_json(args.out, asdict(record), ours_keys=LANE_KEYS, sort_keys=True)
     except FileAccessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
