@@ -16,8 +16,9 @@ distributions and versions, the modification time of each plugin's module file, 
 torch versions, the deadline, the variables the devices declare (plus ``ANYDEVICE_PLUGINS``,
 ``PATH``, ``LD_LIBRARY_PATH``), ``sys.path``, the user and the boot id: a later command with the
 same key starts no child. Entries are read and written with :mod:`anydevice.safe_files`: only a
-regular file of this user's (or root's) is read, and one that is malformed is detected again. An outcome where a step hit the
-deadline is kept only :data:`RETRY_AFTER` seconds (the machine may just have been busy).
+regular file of this user's (or root's) is read, and one that is malformed is detected again.
+An outcome where a step hit the deadline is kept only :data:`RETRY_AFTER` seconds (the machine
+may just have been busy).
 Nothing here imports torch.
 """
 
