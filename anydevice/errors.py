@@ -13,7 +13,8 @@ The hierarchy::
     ├── UnsupportedFeatureError         the selected device does not support a requested feature
     │   └── UnsupportedDeviceFunctionError  a ``torch.cuda``-shaped function the device has no answer for
     ├── DistributedError                a launch environment is missing or half set
-    └── CheckpointError                 a checkpoint cannot be read (empty, corrupt, refused) or written
+    ├── CheckpointError                 a checkpoint cannot be read (empty, corrupt, refused) or written
+    └── FileAccessError                 another file (page, result, record, cache) refused or failed, and why
 
 The CLI prints ``str(error)`` (one or a few sentences, no traceback) and exits non-zero.
 """
@@ -143,3 +144,13 @@ class DistributedError(AnyDeviceError):
 
 class CheckpointError(AnyDeviceError):
     """A checkpoint is empty, corrupt, refused by a safe load, incomplete, or its save failed on another rank."""
+
+
+class FileAccessError(AnyDeviceError):
+    """A file anydevice reads or writes outside a checkpoint was refused (a link, a FIFO, too large, another user's, not
+    written by anydevice) or failed; ``path`` names it and ``reason`` says why."""
+
+    def __init__(self, action: str, path: object, reason: str, hint: str | None = None) -> None:
+        super().__init__(f"Cannot {action} {path}: {reason}.", hint)
+        self.path = path
+        self.reason = reason

@@ -12,10 +12,13 @@ from the child (the parent never runs third-party detection). Where no child can
 all, the registry falls back to its in-process guard (threads under the deadline).
 
 The outcome is cached under ``ANYDEVICE_CACHE_DIR/plugins/``, keyed by the plugins'
-distributions and versions, the Python and torch versions, the deadline, the variables the
-devices declare (plus ``ANYDEVICE_PLUGINS``, ``PATH``, ``LD_LIBRARY_PATH``), ``sys.path`` and the
-boot id: a later command with the same key starts no child. An outcome where a step hit the
-deadline is kept only :data:`RETRY_AFTER` seconds (the machine may just have been busy).
+distributions and versions, the modification time of each plugin's module file, the Python and
+torch versions, the deadline, the variables the devices declare (plus ``ANYDEVICE_PLUGINS``,
+``PATH``, ``LD_LIBRARY_PATH``), ``sys.path``, the user and the boot id: a later command with the
+same key starts no child. Entries are read and written with :mod:`anydevice.safe_files`: only a
+regular file of this user's (or root's) is read, and one that is malformed is detected again.
+An outcome where a step hit the deadline is kept only :data:`RETRY_AFTER` seconds (the machine
+may just have been busy).
 Nothing here imports torch.
 """
 
@@ -44,6 +47,9 @@ GRACE: Final = 2.0
 """Seconds past the deadline the parent waits for the child to report its own detection timeouts."""
 RETRY_AFTER: Final = 600.0
 """Seconds a cached outcome with a deadline hit is kept; crashes and errors are kept until the key changes."""
+MAX_CACHE_FILE: Final = 4 << 20
+"""A cache entry larger than this is not read (a real one is a few kilobytes)."""
+_DETECTION_FIELDS: Final = frozenset({"available", "reason", "fix", "problem", "count", "chip", "details"})
 STARTUP_BUDGET: Final = 120.0
 """Seconds the child may take to start Python and import anydevice (not a plugin's fault, so not its deadline)."""
 KEY_VARIABLES: Final = ("ANYDEVICE_PLUGINS", "TORCH_DEVICE_BACKEND_AUTOLOAD", "PATH", "LD_LIBRARY_PATH")
@@ -305,8 +311,32 @@ def cache_key(plugins: list[Plugin], deadline: float, steering: Iterable[str] = 
         "env": {k: os.environ.get(k) for k in names},
         "path": sys.path[1:],  # sys.path[0] is the running script's folder, not where plugins come from
         "boot": _boot_id(),
+        "uid": os.geteuid(),
+        "modules": sorted(_module_stamp(p.value) for p in plugins),  # a plugin edited in place at the same version
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _module_stamp(value: str) -> tuple[str, str, int, int]:
+    """The file of an entry point's module (``module:attr``) with its mtime and size, found without importing anything."""
+    from importlib.machinery import PathFinder
+
+    module = value.split(":", 1)[0].strip()
+    search: list[str] | None = sys.path
+    spec = None
+    try:
+        for depth in range(module.count(".") + 1):
+            spec = PathFinder.find_spec(".".join(module.split(".")[: depth + 1]), search)
+            if spec is None:
+                break
+            search = list(spec.submodule_search_locations or [])
+        origin = spec.origin if spec is not None else None
+        if origin and os.path.isfile(origin):
+            st = os.stat(origin)
+            return (module, origin, st.st_mtime_ns, st.st_size)
+    except (ImportError, OSError, ValueError):
+        pass
+    return (module, "", 0, 0)
 
 
 def _boot_id() -> str:
@@ -329,25 +359,60 @@ def _read_cache(key: str) -> dict[str, Outcome] | None:
     path = _cache_file(key)
     if path is None:
         return None
-    try:
-        data = json.loads(path.read_text())
-        expires = data.get("expires")
+    from anydevice.errors import FileAccessError
+    from anydevice.safe_files import read_bytes
+
+    try:  # a regular file of this user's (or root's) only: a FIFO, a link or another user's entry is no entry
+        data = json.loads(read_bytes(path, limit=MAX_CACHE_FILE, follow_links=False, owners={os.geteuid(), 0}))
+        expires = data["expires"]
         if expires is not None and time.time() > float(expires):
             return None  # a deadline was hit: try again, the machine may only have been busy
         outcomes = {}
         for name, entry in data["plugins"].items():
-            environment = dict(entry["environment"])
+            environment = _strings(entry["environment"], none=True)
             if any(os.environ.get(k) != v for k, v in environment.items()):
                 return None  # a variable the plugin's devices read changed since
             failure = entry["failure"]
-            outcomes[name] = Outcome(
+            if failure is not None and not (isinstance(failure, list) and len(failure) == 2):
+                raise TypeError("a failure is a [stage, error] pair")
+            outcomes[str(name)] = Outcome(
                 failure=(str(failure[0]), str(failure[1])) if failure else None,
-                detections={d: Detection(**fields) for d, fields in entry["detections"].items()},
+                detections={str(d): _cached_detection(fields) for d, fields in entry["detections"].items()},
                 environment=environment,
             )
         return outcomes
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return None
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError, FileAccessError):
+        return None  # a bad entry is the cache's fault, not the plugin's: detect again and replace it
+
+
+def _strings(value: Any, none: bool = False) -> dict[str, Any]:
+    """``value`` when it is a dict of strings to strings (or None, with ``none``); else ``TypeError``."""
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and (isinstance(v, str) or (none and v is None)) for k, v in value.items()
+    ):
+        raise TypeError("not a mapping of strings")
+    return value
+
+
+def _cached_detection(fields: Any) -> Detection:
+    """A :class:`Detection` from a cache entry's fields, each of its declared type; else ``TypeError`` (never the
+    plugin's fault: the entry is discarded and the detection run again)."""
+    from typing import get_args
+
+    from anydevice.device_spec import Problem
+
+    if not isinstance(fields, dict) or set(fields) != _DETECTION_FIELDS:
+        raise TypeError("not a detection")
+    count, problem = fields["count"], fields["problem"]
+    if not (
+        isinstance(fields["available"], bool)
+        and isinstance(fields["reason"], str)
+        and all(fields[k] is None or isinstance(fields[k], str) for k in ("fix", "chip"))
+        and (problem is None or problem in get_args(Problem))
+        and (count is None or (isinstance(count, int) and not isinstance(count, bool) and count >= 0))
+    ):
+        raise TypeError("a detection field has the wrong type")
+    return Detection(**{**fields, "details": _strings(fields["details"])})
 
 
 def _write_cache(key: str, outcomes: Mapping[str, Outcome]) -> None:
@@ -366,15 +431,13 @@ def _write_cache(key: str, outcomes: Mapping[str, Outcome]) -> None:
             for name, o in outcomes.items()
         },
     }
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(json.dumps(data))
-        os.replace(temporary, path)
-    except OSError:
-        try:
-            temporary.unlink()
-        except OSError:
-            pass
+    from anydevice.errors import FileAccessError
+    from anydevice.safe_files import write_bytes
+
+    try:  # the entry is ours to replace whatever is there (a bad entry, a planted link: replaced, never followed)
+        write_bytes(path, json.dumps(data).encode(), force=True)
+    except FileAccessError:
+        pass  # no cache this time (an unwritable directory, another user's entry in a shared one)
 
 
 def _fields(detection: Detection) -> dict[str, Any]:

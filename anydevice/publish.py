@@ -246,7 +246,7 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any]) -> None:
         check_replaceable_file(place, existing)
     remove_stale_temps(place)
     try:
-        fd, name = _locked_temp_file(place)
+        fd, name = locked_temp_file(place)
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM) and existing is not None:
             _write_in_place(place, existing, write)
@@ -261,7 +261,7 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any]) -> None:
             os.fsync(handle.fileno())
         os.rename(name, place.name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
     except BaseException as exc:
-        _unlink_quietly(place.fd, name)
+        unlink_quietly(place.fd, name)
         failure = recorder.error if recorder is not None and recorder.error is not None else exc
         if isinstance(failure, OSError):
             raise save_error(place.path, failure) from exc
@@ -274,7 +274,7 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any]) -> None:
     fsync_directory(place.fd)
 
 
-def _locked_temp_file(place: Place) -> tuple[int, str]:
+def locked_temp_file(place: Place) -> tuple[int, str]:
     """A new temporary file beside ``place``, locked before it gets its ``-tmp`` name; returns its fd and name.
 
     Created as ``-new`` and renamed once locked, so every ``-tmp`` file that is not locked has a
@@ -288,7 +288,7 @@ def _locked_temp_file(place: Place) -> tuple[int, str]:
         os.rename(new, name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
     except BaseException:
         os.close(fd)
-        _unlink_quietly(place.fd, new)
+        unlink_quietly(place.fd, new)
         raise
     return fd, name
 
@@ -333,7 +333,8 @@ def _write_in_place(place: Place, existing: os.stat_result, write: Callable[[IO[
             os.close(fd)
 
 
-def _unlink_quietly(dir_fd: int, name: str) -> None:
+def unlink_quietly(dir_fd: int, name: str) -> None:
+    """Remove ``name`` from ``dir_fd`` if it is there (a failed write's temporary)."""
     try:
         os.unlink(name, dir_fd=dir_fd)
     except OSError:
@@ -439,6 +440,12 @@ class DirectoryWrite:
         if self.marker >= 0:
             os.close(self.marker)
             self.marker = -1
+
+
+def rename_noreplace(dir_fd: int, source: str, target: str) -> bool:
+    """Rename ``source`` to ``target`` in ``dir_fd`` unless ``target`` exists (then False): one atomic step where the
+    kernel has ``renameat2``."""
+    return _rename(dir_fd, source, target, _RENAME_NOREPLACE)
 
 
 def _rename(dir_fd: int, source: str, target: str, flags: int) -> bool:

@@ -75,7 +75,7 @@ class Place:
 
     def shared(self) -> bool:
         """True when other users can create names in the directory (sticky or world-writable)."""
-        return _shared(os.fstat(self.fd))
+        return is_shared(os.fstat(self.fd))
 
     def close(self) -> None:
         os.close(self.fd)
@@ -87,13 +87,14 @@ class Place:
         self.close()
 
 
-def _shared(st: os.stat_result) -> bool:
+def is_shared(st: os.stat_result) -> bool:
+    """Whether a directory with this ``stat`` lets other users create names in it (sticky or world-writable)."""
     return bool(st.st_mode & (stat.S_ISVTX | stat.S_IWOTH))
 
 
 def _exposed(directory: os.stat_result, below_shared: bool) -> bool:
     """Whether another user may have put names in ``directory``: it is shared, or it is someone else's below a shared one."""
-    return _shared(directory) or (below_shared and directory.st_uid not in (os.geteuid(), 0))
+    return is_shared(directory) or (below_shared and directory.st_uid not in (os.geteuid(), 0))
 
 
 def _trusted(directory: os.stat_result, link: os.stat_result, below_shared: bool) -> bool:
@@ -121,22 +122,35 @@ def open_place(path: Path, *, make_parents: bool = True, shown: Path | None = No
     """
     shown = shown or path
     for _ in range(_MAX_LINKS):
-        absolute = Path(os.path.abspath(path))
-        if absolute.name in ("", ".", ".."):
-            raise CheckpointError(f"Cannot save {shown}: the path names no file.", "Give a path ending in a file name.")
-        fd, below_shared = _open_directory(absolute.parent, make_parents, shown)
-        place = Place(fd, absolute.parent, absolute.name, shown)
+        place, below_shared = _open_parent(path, make_parents, shown)
         st = place.lstat()
         if st is None or not stat.S_ISLNK(st.st_mode):
             return place
         try:
-            if not _trusted(os.fstat(fd), st, below_shared):
-                raise _refuse_link(shown, absolute.parent, st)
-            target = os.readlink(absolute.name, dir_fd=fd)
+            if not _trusted(os.fstat(place.fd), st, below_shared):
+                raise _refuse_link(shown, place.directory, st)
+            target = os.readlink(place.name, dir_fd=place.fd)
         finally:
             place.close()
-        path = absolute.parent / target
+        path = place.directory / target
     raise CheckpointError(f"Cannot save {shown}: {_CAUSES[errno.ELOOP]}.")
+
+
+def open_parent(path: Path, *, make_parents: bool = True, shown: Path | None = None) -> Place:
+    """Open the directory that will hold ``path`` as :func:`open_place` does, never following the final name.
+
+    For files anydevice replaces rather than updates (:mod:`anydevice.safe_files`): a link in the
+    final name is the caller's to judge, not a path to walk.
+    """
+    return _open_parent(path, make_parents, shown or path)[0]
+
+
+def _open_parent(path: Path, make_parents: bool, shown: Path) -> tuple[Place, bool]:
+    absolute = Path(os.path.abspath(path))
+    if absolute.name in ("", ".", ".."):
+        raise CheckpointError(f"Cannot save {shown}: the path names no file.", "Give a path ending in a file name.")
+    fd, below_shared = _open_directory(absolute.parent, make_parents, shown)
+    return Place(fd, absolute.parent, absolute.name, shown), below_shared
 
 
 def _open_directory(directory: Path, make: bool, shown: Path) -> tuple[int, bool]:

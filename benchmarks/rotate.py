@@ -111,9 +111,12 @@ def machine() -> dict[str, Any]:
 
 
 def write(name: str, result: dict[str, Any], out: Path | None) -> Path:
-    """Write ``result`` as indented JSON to ``out`` (default ``benchmarks/results/NAME.json``)."""
+    """Write ``result`` as indented JSON to ``out`` (default ``benchmarks/results/NAME.json``); raises
+    :class:`~anydevice.errors.FileAccessError` where a file that is not a benchmark result is in the way."""
+    from anydevice.safe_files import json_with, write_bytes
+
     path = out if out is not None else RESULTS / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
+    text = json.dumps(result, indent=2, sort_keys=False) + "\n"
+    write_bytes(path, text.encode("utf-8"), ours=json_with(("benchmark",)))  # atomic; replaces only an earlier result
     print(f"wrote {path}", file=sys.stderr)
     return path

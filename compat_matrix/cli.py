@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         help="also load probes from MOD.PROBES (repeatable; default: none)",
     )
     probe.add_argument("--list", action="store_true", help="list the probes that would run, and exit")
+    probe.add_argument("--force", action="store_true", help="replace --out even when it is not an earlier result file")
     render = sub.add_parser(
         "render",
         help="merge result files into the matrix page (index.html + index.md)",
@@ -89,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=Path("site"), metavar="DIR", help="output directory, created if missing (default: site/)"
     )
     render.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page on disk is stale")
+    render.add_argument(
+        "--force",
+        action="store_true",
+        help="replace index.html and index.md in --out even when render did not write them (a hand-written file, a link: "
+        "the link itself is replaced, never what it points to)",
+    )
     return parser
 
 
@@ -131,6 +138,7 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
         simulated=args.simulated,
         argv=argv[1:],
         modules=args.module,
+        force=args.force,
     )
     if not run.health.device_available:
         return 0  # an honest "device not here" result file is a successful run
@@ -146,6 +154,7 @@ def _expand(paths: list[Path]) -> list[Path]:
 
 def _render(args: argparse.Namespace) -> int:
     from anydevice.compat_matrix.page import build_site, check_site, write_site
+    from anydevice.errors import FileAccessError
 
     results = _expand(args.results)
     site = build_site(results)
@@ -167,9 +176,9 @@ def _render(args: argparse.Namespace) -> int:
             )
         return 1 if stale else 0
     try:
-        written = write_site(site, args.out)
-    except OSError as exc:
-        print(f"error: cannot write the page into {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        written = write_site(site, args.out, force=args.force)
+    except FileAccessError as exc:
+        print(f"error: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""), file=sys.stderr)
         return 1
     skipped = f"; skipped {len(site.problems)} file(s) named above" if site.problems else ""
     print(f"wrote {', '.join(str(p) for p in written)} from {site.run_count} run(s){skipped}")

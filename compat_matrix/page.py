@@ -7,7 +7,6 @@ template only lays it out, and autoescaping makes every text from a result file 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -45,6 +44,8 @@ from anydevice.compat_matrix.schema import (
     Status,
     shown,
 )
+from anydevice.errors import FileAccessError
+from anydevice.safe_files import Recognise, check_replaceable, read_bytes, write_bytes
 
 LOG_EXCERPT = 1500
 
@@ -85,28 +86,51 @@ def build_site(results: Iterable[Path]) -> Site:
     return Site(files, list(matrix.problems), len(matrix.runs))
 
 
-def write_site(site: Site, out: Path) -> list[Path]:
-    """Write the files under ``out``, each atomically (a temporary file renamed over it); returns their paths."""
-    out.mkdir(parents=True, exist_ok=True)
+GENERATED: dict[str, bytes] = {
+    "index.html": b"<title>anydevice compatibility matrix</title>",
+    "index.md": b"# anydevice compatibility matrix\n",
+}
+"""How each file of the page begins (within its first kilobyte): what ``render`` may replace without ``--force``."""
+
+MAX_PAGE = 256 << 20
+
+
+def generated(name: str) -> Recognise:
+    """Whether a file's contents are a page ``render`` wrote as ``name`` (and may replace)."""
+    return lambda content: GENERATED[name] in content[:1024]
+
+
+def check_out(site: Site, out: Path, *, force: bool = False) -> None:
+    """Raise :class:`~anydevice.errors.FileAccessError` when a file of the page cannot replace what is in ``out`` (a
+    hand-written ``index.md``, a link, another user's file) unless ``force``; checked before any file is written."""
+    for name in sorted(site.files):
+        check_replaceable(out / name, ours=generated(name), force=force, force_hint="pass --force")
+
+
+def write_site(site: Site, out: Path, *, force: bool = False) -> list[Path]:
+    """Write the files under ``out``, each atomically (:func:`anydevice.safe_files.write_bytes`); returns their paths.
+
+    What is there already is replaced only when ``render`` wrote it, or with ``force``; every file is checked first,
+    so a refusal writes none of them.
+    """
+    check_out(site, out, force=force)
     written = []
     for name, text in sorted(site.files.items()):
         path = out / name
-        tmp = out / f".{name}.{os.getpid()}.tmp"
-        try:
-            tmp.write_bytes(text.encode("utf-8"))
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_bytes(path, text.encode("utf-8"), ours=generated(name), force=force, force_hint="pass --force")
         written.append(path)
     return written
 
 
 def check_site(site: Site, out: Path) -> list[str]:
-    """Names of files under ``out`` that are missing or differ from ``site``."""
+    """Names of files under ``out`` that are missing, differ from ``site``, or are not plain files (a link, a FIFO)."""
     stale = []
     for name, text in sorted(site.files.items()):
-        path = out / name
-        if not path.is_file() or path.read_bytes() != text.encode("utf-8"):
+        try:
+            on_disk = read_bytes(out / name, limit=MAX_PAGE, follow_links=False)
+        except (OSError, FileAccessError):
+            on_disk = None
+        if on_disk != text.encode("utf-8"):
             stale.append(name)
     return stale
 

@@ -9,25 +9,26 @@ from __future__ import annotations
 
 import os
 import platform
-import queue
 import shlex
+import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from anydevice.compat_matrix import catalog, claims, worker
+from anydevice.compat_matrix.channel import WorkerPipes
 from anydevice.compat_matrix.probe import Probe
 from anydevice.compat_matrix.progress import ProbeProgress
 from anydevice.compat_matrix.schema import (
     MAX_LOG,
     MAX_MESSAGE,
+    RESULT_KEYS,
     SCHEMA_VERSION,
     AnydeviceInfo,
     EnvInfo,
@@ -43,6 +44,7 @@ from anydevice.compat_matrix.schema import (
     dump_run,
     load_run,
 )
+from anydevice.safe_files import check_replaceable, json_with
 from anydevice.untrusted import clean_tree
 
 SETUP_TIMEOUT_MIN = 180.0
@@ -83,15 +85,17 @@ def run_probes(
     modules: Sequence[str] = (),
     progress: ProbeProgress | None = None,
     python: str = sys.executable,
+    force: bool = False,
 ) -> Run:
     """Run the probes (``only``: see :func:`catalog.matches`) on the selected device; write ``out``.
 
     :param timeout: seconds one probe may take before its worker is killed.
     :param simulated: force (or deny) "fake" results; None reads the plugin's declaration.
     :param modules: extra importable modules whose ``PROBES`` lists join the catalogue.
+    :param force: replace ``out`` even when it is not an earlier result file.
     """
     if out is not None:
-        check_out(out)  # before any probe runs: an hour of probes must not end in "cannot write"
+        check_out(out, force=force)  # before any probe runs: an hour of probes must not end in "cannot write"
     started = datetime.now(timezone.utc)
     clock = time.perf_counter()
     problems: list[str] = []
@@ -121,15 +125,16 @@ def run_probes(
         state.notices.append(f"the plugin declares unsupported probes that do not exist: {', '.join(unknown)}")
     run = _assemble(state, probes, started, argv, seed, simulated)
     if out is not None:
-        dump_run(run, out)
+        dump_run(run, out, force=force)
     progress.summary(run, time.perf_counter() - clock, str(out) if out else None)
     return run
 
 
-def check_out(out: Path) -> None:
+def check_out(out: Path, *, force: bool = False) -> None:
     """Raise :class:`~anydevice.errors.AnyDeviceError` unless ``out`` can be written as a result file.
 
-    ``out`` must not be a directory, and its folder (the nearest one that exists, since missing
+    ``out`` must not be a directory, nor a file that is not an earlier result file (a link, a FIFO, a hand-written
+    file) unless ``force``, and its folder (the nearest one that exists, since missing
     folders are created) must take a new file: tried for real, as permission bits do not stop root.
     """
     import tempfile
@@ -150,6 +155,7 @@ def check_out(out: Path) -> None:
         os.unlink(name)
     except OSError as exc:
         raise AnyDeviceError(f"--out {out} cannot be written: {exc.strerror or exc} ({folder}); no probe was run.", fix) from None
+    check_replaceable(out, ours=json_with(RESULT_KEYS), force=force, force_hint="pass --force")
 
 
 def _run_worker(
@@ -161,34 +167,45 @@ def _run_worker(
     progress: ProbeProgress,
     python: str,
 ) -> None:
-    """One worker over ``names``; returns when it finishes, crashes or is killed for a timeout."""
+    """One worker over ``names``; returns when it finishes, crashes or is killed for a timeout.
+
+    Messages come on a private pipe (:class:`~anydevice.compat_matrix.channel.WorkerPipes`); what
+    the worker's stdout and stderr carry is the running probe's log, and a result counts only for
+    the probe that is running.
+    """
     by_name = {p.name: p for p in probes}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [python, "-m", "anydevice.compat_matrix.worker"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        env=env,
-        start_new_session=True,  # its own process group: a probe's children end with the worker
-    )
+    ours, theirs = socket.socketpair()  # the channel: messages one way, the go-ahead for each probe the other
+    try:
+        proc = subprocess.Popen(
+            [python, "-m", "anydevice.compat_matrix.worker", "--channel", str(theirs.fileno())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,  # its own process group: a probe's children end with the worker
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()  # the worker holds the only other end: its exit closes the channel
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(worker.encode("request", probes=names, **request)[len(worker.MARKER) :])
-    proc.stdin.close()
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        proc.stdin.write(worker.encode("request", probes=names, **request).encode("utf-8"))
+        proc.stdin.close()
+    except OSError:
+        pass  # it died at once: reported below as it ends
+    pipes = WorkerPipes(ours.fileno(), proc.stdout.fileno())
     current: str | None = None
     stage = Stage.EXECUTE
     stray: list[str] = []
     deadline = time.monotonic() + max(timeout, SETUP_TIMEOUT_MIN)
     try:
         while True:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
+            event = pipes.next(max(0.0, deadline - time.monotonic()))
+            if event is None:
                 _kill(proc)
                 if current is not None:
                     _lost(
@@ -197,7 +214,8 @@ def _run_worker(
                 else:
                     state.notices.append(f"probe worker setup timed out: {_tail(stray)}")
                 return
-            if line is None:  # EOF: the worker exited
+            kind, line = event
+            if kind == "end":  # the worker exited
                 code = proc.wait()
                 if current is not None:
                     why = f"worker died with exit code {code}" + (f" ({_signal_name(-code)})" if code < 0 else "")
@@ -205,8 +223,8 @@ def _run_worker(
                 elif state.setup_error is None and state.gated is None and code != 0:
                     state.notices.append(f"probe worker exited with code {code}: {_tail(stray)}")
                 return
-            message = worker.decode(line)
-            if message is None:
+            message = worker.decode(line) if kind == "message" else None
+            if message is None:  # output: the running probe's log, whatever it says
                 stray.append(line)
                 continue
             kind = message["type"]
@@ -218,18 +236,23 @@ def _run_worker(
                 state.setup_error = message
             elif kind == "notice":
                 state.notices.append(str(message["message"]))
-            elif kind == "missing":
+            elif kind == "missing" and message["probe"] in names:
                 state.notices.append(f"probe {message['probe']} is not known to the worker")
                 state.results[message["probe"]] = _synthetic(
                     by_name[message["probe"]], Status.HARNESS_ERROR, "probe not found in the worker"
                 )
             elif kind == "start":
-                current, stage, stray = message["probe"], Stage.EXECUTE, []
-                deadline = time.monotonic() + timeout
+                if message["probe"] in names and message["probe"] not in state.results:
+                    current, stage, stray = message["probe"], Stage.EXECUTE, []
+                    deadline = time.monotonic() + timeout
+                pipes.go_ahead()  # the worker waited: all output before this is the previous probe's
             elif kind == "stage":
                 stage = Stage(message["stage"])
-            elif kind == "result":
+            elif kind == "result" and current is not None:
                 result = ProbeResult.model_validate(message["result"])
+                if result.probe != current:  # only the probe that is running reports, and only its own result
+                    state.notices.append(f"a result for {result.probe!r} came while {current!r} ran; it was ignored")
+                    continue
                 if stray:
                     log = result.log + "".join(f"[native] {s}" for s in stray)
                     result = result.model_copy(update={"log": bounded(log, MAX_LOG) or ""})
@@ -243,16 +266,13 @@ def _run_worker(
                 proc.wait()
                 return
     finally:
+        pipes.close()
+        ours.close()
         _kill(proc)  # also when it exited: what a probe left running in its group ends now
+        proc.stdout.close()
 
 
-def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
-
-
-def _kill(proc: subprocess.Popen[str]) -> None:
+def _kill(proc: subprocess.Popen[bytes]) -> None:
     """End the worker and every process it started (its process group), and reap it."""
     import signal
 

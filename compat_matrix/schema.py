@@ -15,11 +15,16 @@ from typing import Final, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from anydevice.errors import FileAccessError
+from anydevice.safe_files import json_with, read_bytes, write_bytes
+
 SCHEMA_VERSION: Final = 1
 MAX_MESSAGE: Final = 2000
 MAX_LOG: Final = 8000
 MAX_REASON: Final = 1000
 _CUT: Final = "\n[... truncated ...]\n"
+MAX_RESULT_FILE: Final = 64 << 20
+"""A result file larger than this is refused unread (a real one is well under a megabyte)."""
 
 ParamValue = str | int | float | bool | None
 
@@ -244,7 +249,9 @@ class ResultFileError(ValueError):
 def load_run(path: Path) -> Run:
     """Read and validate one result file; raise :class:`ResultFileError` naming the file."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bytes(path, limit=MAX_RESULT_FILE).decode("utf-8"))
+    except FileAccessError as exc:  # a FIFO, a device, too large, another user's in a shared directory
+        raise ResultFileError(path, f"cannot read: {exc.reason}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultFileError(path, f"cannot read: {exc}") from exc
     except json.JSONDecodeError as exc:
@@ -267,7 +274,12 @@ def load_run(path: Path) -> Run:
         raise ResultFileError(path, "schema error: " + " ".join(line.strip() for line in first[:6])) from exc
 
 
-def dump_run(run: Run, path: Path) -> None:
-    """Write ``run`` as stable, indented JSON."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(run.model_dump_json(indent=2) + "\n", encoding="utf-8")
+RESULT_KEYS: Final = ("schema_version", "run_id", "results")
+"""What a JSON object has when it is a result file: one ``dump_run`` may replace."""
+
+
+def dump_run(run: Run, path: Path, *, force: bool = False) -> None:
+    """Write ``run`` as stable, indented JSON, atomically; an existing file is replaced only when it is a result file
+    (or with ``force``): :func:`anydevice.safe_files.write_bytes`, which raises ``FileAccessError`` naming the file."""
+    data = (run.model_dump_json(indent=2) + "\n").encode("utf-8")
+    write_bytes(path, data, ours=json_with(RESULT_KEYS), force=force, force_hint="pass --force")

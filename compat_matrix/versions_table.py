@@ -35,6 +35,9 @@ from anydevice.compat_matrix.merge import (
     ran_pair,
     supported_text,
 )
+from anydevice.compat_matrix.schema import MAX_RESULT_FILE
+from anydevice.errors import FileAccessError
+from anydevice.safe_files import read_bytes, write_json
 from anydevice.versions import TORCH_MINORS
 
 __all__ = [
@@ -72,6 +75,9 @@ VENDOR_RELEASES: dict[str, dict[str, str]] = {
     },
 }
 """Per vendor package: the torch minor versions its published releases declare, and which release."""
+
+LANE_KEYS = ("lane", "torch", "outcome", "devices")
+"""What a JSON object has when it is a lane record: one ``record`` may replace."""
 
 
 @dataclass(frozen=True)
@@ -140,11 +146,11 @@ def result_files(directory: Path | None = None) -> list[RanFile]:
     found = []
     for path in sorted((directory or RESULTS_DIR).glob("*.json")):
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_bytes(path, limit=MAX_RESULT_FILE))
             hw = data["hardware"]
             how = _how(bool(hw.get("simulated")), hw.get("device_count"), hw.get("chip"), str(hw.get("device_type")))
             found.append(RanFile(path.name, str(data["plugin"]["name"]), str(data["env"].get("torch") or ""), how))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, FileAccessError):
             continue
     return found
 
@@ -227,8 +233,8 @@ def load_lanes(directory: Path | None = None) -> list[LaneRecord]:
     records = []
     for path in sorted((directory or LANES_DIR).glob("*.json")):
         try:
-            records.append(LaneRecord(**json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError):
+            records.append(LaneRecord(**json.loads(read_bytes(path, limit=MAX_RESULT_FILE))))
+        except (OSError, ValueError, TypeError, FileAccessError):
             continue
     return records
 
@@ -289,10 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     record = record_lane(args.lane, args.devices, args.exit_code, args.junit)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out.with_name(f".{args.out.name}.partial")  # readers (the page, doctor) never see half a file
-    partial.write_text(json.dumps(asdict(record), indent=2, sort_keys=True) + "\n")
-    partial.replace(args.out)
+    try:  # atomic: readers (the page, doctor) never see half a file; only an earlier lane record is replaced
+        write_json(args.out, asdict(record), ours_keys=LANE_KEYS, sort_keys=True)
+    except FileAccessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"{args.out}: {record.lane} {record.outcome} on torch {record.torch}", file=sys.stderr)
     return 0
 

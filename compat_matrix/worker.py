@@ -1,41 +1,41 @@
-"""The probe worker: ``python -m anydevice.compat_matrix.worker`` runs probes and reports on stdout.
+"""The probe worker: ``python -m anydevice.compat_matrix.worker --channel FD`` runs probes and reports on FD.
 
 It reads one JSON request on stdin (``{"probes": [...], "seed": 0, "simulated": null}``),
 selects the device the way any anydevice program does (``ANYDEVICE``), then runs the probes in
-order, writing protocol lines (:func:`encode`). When selection fails it reports ``setup_error``
+order, writing protocol messages (:func:`encode`). When selection fails it reports ``setup_error``
 with a verdict: ``skip`` (the device is simply not here) or ``fail`` (the vendor stack is broken).
 When the sanity probe fails it stops (``gated``).
 
-The line protocol between the runner and its worker: the worker writes one message per line to
-its stdout, a marker then a JSON object with a ``type``. Any other line (native code printing to
-the same pipe) belongs to the probe that is running and goes into its log.
+The protocol between the runner and its worker: one JSON object with a ``type`` per line, on a
+private socket the runner passes as ``FD`` (not inherited by anything the worker starts); after
+each ``start`` the worker waits for the runner's go-ahead (a newline) on it. The
+worker's stdout and stderr are another pipe: whatever a probe, a plugin or native code writes
+there belongs to the probe that is running and goes into its log, never into the results, so a
+plugin printing a forged message reports nothing.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
 import platform
 import sys
 from importlib import metadata
-from typing import IO, Any, Final
-
-MARKER: Final = "\x1e@anydevice-probe "
+from typing import Any
 
 
 def encode(kind: str, **fields: Any) -> str:
     """One protocol line (with its newline)."""
-    return MARKER + json.dumps({"type": kind, **fields}, default=str) + "\n"
+    return json.dumps({"type": kind, **fields}, default=str) + "\n"
 
 
 def decode(line: str) -> dict[str, Any] | None:
-    """The message in ``line``, or None when it is not a protocol line."""
-    at = line.find(MARKER)
-    if at < 0:
-        return None
+    """The message in ``line``, or None when it is not a protocol message."""
     try:
-        message = json.loads(line[at + len(MARKER) :])
-    except json.JSONDecodeError:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
         return None
     return message if isinstance(message, dict) and "type" in message else None
 
@@ -44,14 +44,51 @@ _BROKEN_PROBLEMS = ("version_mismatch", "plugin_error")
 
 
 class _Channel:
-    """Protocol lines go to the original stdout; probes' own prints are captured separately."""
+    """Protocol lines go to the runner's private pipe; before each, what the probe wrote to stdout and stderr is flushed
+    to the output pipe, so the runner files it under the probe that wrote it."""
 
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
 
     def send(self, kind: str, **fields: Any) -> None:
-        self.stream.write(encode(kind, **fields))
-        self.stream.flush()
+        _flush_output()
+        data = encode(kind, **fields).encode("utf-8")
+        while data:
+            data = data[os.write(self.fd, data) :]
+
+    def start(self, probe: str) -> None:
+        """Announce ``probe`` and wait for the runner's go-ahead: what the probe writes then is filed under it."""
+        self.send("start", probe=probe)
+        os.read(self.fd, 1)  # b"" when the runner is gone: the run is over anyway
+
+
+def _flush_output() -> None:
+    """Flush Python's and C's stdout/stderr buffers (a native library's ``printf`` too) into the output pipe."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    libc = _libc()
+    if libc is not None:
+        libc.fflush(None)
+
+
+@functools.cache
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+def _channel_fd(argv: list[str]) -> int:
+    """The private socket named by ``--channel FD``, kept from the processes probes start."""
+    if len(argv) != 2 or argv[0] != "--channel" or not argv[1].isdigit():
+        raise SystemExit("usage: python -m anydevice.compat_matrix.worker --channel FD (started by anydevice matrix probe)")
+    fd = int(argv[1])
+    os.set_inheritable(fd, False)
+    return fd
 
 
 def _version(dist: str) -> str | None:
@@ -119,9 +156,9 @@ def _verdict(exc: BaseException) -> str:
     return "skip" if isinstance(exc, AnyDeviceError) else "fail"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the requested probes; the exit code is 0 unless the worker itself broke."""
-    channel = _Channel(os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8"))
+    channel = _Channel(_channel_fd(sys.argv[1:] if argv is None else argv))
     request = json.loads(sys.stdin.readline() or "{}")
     env = base_env()
     try:
@@ -159,7 +196,7 @@ def main() -> int:
         if probe is None:
             channel.send("missing", probe=name)
             continue
-        channel.send("start", probe=name)
+        channel.start(name)
         result = run_probe(
             probe,
             ad,

@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``anydevice`` and ``python -m anydevice``."""
+    standard_streams()
     from anydevice import startup
 
     startup.exempt()  # the CLI is anydevice's own process: cuda-compat applies to the ranks it starts, not to it
@@ -208,6 +209,28 @@ def _debug() -> bool:
         return settings.ANYDEVICE_DEBUG.flag()
     except AnyDeviceError:
         return False  # a malformed ANYDEVICE_DEBUG is the error being reported
+
+
+def standard_streams() -> None:
+    """Give a closed stdin, stdout or stderr (``anydevice list >&-``: a daemon, a cron job) ``/dev/null``.
+
+    What the command prints then goes nowhere and its exit status is its own. Also, the next file
+    opened would otherwise take the free number 1 or 2, and what this process or a child (a rank)
+    writes to stdout or stderr would land in that file.
+    """
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                continue
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if getattr(sys, name) is None:  # Python found it closed at start-up
+            setattr(sys, name, open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False))  # noqa: SIM115
 
 
 def _quiet_stdout() -> None:

@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -326,9 +327,9 @@ def check_cache_disk(ctx: Context) -> list[Check]:
     fix_dir = f"point {settings.ANYDEVICE_CACHE_DIR.name} at a writable directory on a disk with room"
     try:
         directory = settings.cache_dir()
-        probe = directory / f".doctor-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".doctor-", dir=directory)  # a new file, a random name: no planted link followed
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         return [Check("compile cache", "fail", f"the compile cache directory is not writable: {exc}", fix_dir)]
     except RuntimeError as exc:  # Path.home() with no HOME and no passwd entry (a container's uid)

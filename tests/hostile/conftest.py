@@ -10,9 +10,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.hostile.other_user import make_shared
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 
@@ -62,3 +65,9 @@ def noisy_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def badload_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """anydevice-badload: available devices whose load exits, hangs or returns None; hooks that exit."""
     return install(["anydevice_badload"], tmp_path_factory, "badload-site")
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A fresh sticky, world-writable directory under /tmp, where a second user (uid 65534) can plant files."""
+    yield from make_shared()
