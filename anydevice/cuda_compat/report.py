@@ -8,11 +8,13 @@ and ``mp.spawn`` children write ``path`` with ``.rank<N>`` or ``.pid<N>`` before
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from anydevice.errors import AnyDeviceError
+from anydevice.safe_files import write_json
 
 REDIRECTED = "redirected"
 NEUTRAL = "answered neutrally"
@@ -62,35 +64,6 @@ def json_path(base: str, rank: str | None) -> Path:
     return path.with_name(f"{path.stem}.{tag}{path.suffix}")
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` without following links: an O_CREAT|O_EXCL|O_NOFOLLOW temporary beside it, renamed.
-
-    Raises :class:`OSError` (with the cause) when ``path`` is a symbolic link, a directory, or its directory
-    is missing or not writable; nothing is written then.
-    """
-    import secrets
-    import stat
-
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        mode = None
-    if mode is not None and stat.S_ISLNK(mode):
-        raise OSError(f"{path} is a symbolic link; the report is not written through links")
-    if mode is not None and not stat.S_ISREG(mode):
-        raise OSError(f"{path} is not a regular file")
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=1) + "\n")
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
 def write_at_exit(report: MigrationReport, json_base: str | None, rank: str | None, quiet: bool) -> None:
     """The ``atexit`` action: the stderr block (main process, unless quiet) and the JSON file (every process).
 
@@ -99,10 +72,10 @@ def write_at_exit(report: MigrationReport, json_base: str | None, rank: str | No
     if json_base:
         target = json_path(json_base, rank)
         try:
-            write_json(target, report.as_json())
-        except OSError as exc:
-            why = exc.strerror or str(exc)
-            _say(f"anydevice: cuda-compat report not written to {str(target)!r}: {why}.")
+            write_json(target, report.as_json(), ours_keys=("device", "calls"), indent=1)
+        except (OSError, AnyDeviceError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+            _say(f"anydevice: cuda-compat report not written to {str(target)!r}: {why}")
     if not quiet and _is_main_process(rank):
         _say(report.render())
 

@@ -32,7 +32,7 @@ from anydevice.cuda_compat.report import REDIRECTED, REFUSED
 from anydevice.errors import UnsupportedDeviceFunctionError
 
 MAPPED = (
-    "is_available", "current_device", "set_device", "synchronize", "manual_seed", "manual_seed_all",
+    "synchronize", "manual_seed", "manual_seed_all",
     "get_device_name", "get_device_properties", "memory_stats", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "init", "is_bf16_supported",
 )  # fmt: skip
@@ -120,9 +120,8 @@ def cuda_view(r: Redirect) -> dict[str, Any]:
         put(name, _mapped(r, f"torch.cuda.{name}()", name))
     for name, target in ALIASES.items():
         put(name, _mapped(r, f"torch.cuda.{name}()", target))
-    put("device_count", _device_count(r))
-    if r.host and r.local_world_size is not None:
-        put("current_device", _local_rank_index(r, "torch.cuda.current_device()"))
+    for name, fn in _questions(r, "torch.cuda").items():
+        put(name, fn)
     put(
         "is_initialized",
         lambda *a, **k: r.neutral("torch.cuda.is_initialized()", True, f"{r.name} was initialised when selected"),
@@ -171,30 +170,49 @@ def _mapped(r: Redirect, call: str, target: str) -> Callable[..., Any]:
     return functools.wraps(fn)(mapped) if callable(fn) else mapped
 
 
-def _local_rank_index(r: Redirect, call: str) -> Callable[..., int]:
-    """``current_device()`` on a host device under a launcher: the local rank (``cuda:i`` is rank i's device)."""
+def _questions(r: Redirect, prefix: str) -> dict[str, Callable[..., Any]]:
+    """``is_available``, ``device_count``, ``current_device``, ``set_device``: answers taken once, at enable.
 
-    def current_device() -> int:
-        r.report.add(call, REDIRECTED, f"{r.local_rank}: the local rank's {r.name} device")
-        return r.local_rank
+    Plain values, so a question gets the same answer in eager code, inside ``torch.compile`` (dynamo folds
+    them to constants, ``fullgraph=True`` included), in forked workers and (enabled again) in spawned
+    children. On a host device under a launcher the count is the local ranks and the current device is the
+    local rank (``cuda:i`` is rank i's device).
+    """
+    ranks = r.local_world_size if r.host else None
+    available = bool(r.module.is_available())
+    count = ranks if ranks is not None else int(r.module.device_count())
+    current = [r.local_rank if ranks is not None else int(r.module.current_device())]
+    where = f"{r.name}: one device per local rank" if ranks is not None else f"ad.device_module() on {r.name}"
 
-    return current_device
+    def said(call: str, value: Any) -> Any:
+        if not torch.compiler.is_compiling():
+            r.report.add(f"{prefix}.{call}()", REDIRECTED, f"{value!r} ({where})")
+        return value
 
-
-def _device_count(r: Redirect) -> Callable[..., int]:
-    """``torch.cuda.device_count()``: on a host device, the number of local ranks (``cuda:i`` is rank i's device)."""
-    count = _mapped(r, "torch.cuda.device_count()", "device_count")
-    if not r.host:
-        return count
+    def is_available() -> bool:
+        return bool(said("is_available", available))
 
     def device_count() -> int:
-        ranks = r.local_world_size
-        if ranks is None:
-            return int(count())
-        r.report.add("torch.cuda.device_count()", REDIRECTED, f"{ranks}: one {r.name} device per local rank")
-        return ranks
+        return int(said("device_count", count))
 
-    return device_count
+    def current_device() -> int:
+        return int(said("current_device", current[0]))
+
+    def set_device(device: Any) -> None:
+        index = device if isinstance(device, int) else getattr(torch.device(device), "index", None)
+        if index is None or index < 0:
+            return
+        if ranks is None:
+            r.module.set_device(index)
+        current[0] = index
+        said("set_device", index)
+
+    return {
+        "is_available": is_available,
+        "device_count": device_count,
+        "current_device": current_device,
+        "set_device": set_device,
+    }
 
 
 def _neutral(r: Redirect, name: str, value: Any, why: str) -> Callable[..., Any]:
@@ -307,11 +325,6 @@ def _nvtx(r: Redirect) -> Any:
 
 # -- torch.accelerator -------------------------------------------------------------------------------
 ACCELERATOR = {
-    "device_count": "device_count",
-    "current_device_index": "current_device",
-    "current_device_idx": "current_device",
-    "set_device_index": "set_device",
-    "set_device_idx": "set_device",
     "synchronize": "synchronize",
     "empty_cache": "empty_cache",
     "memory_allocated": "memory_allocated",
@@ -321,7 +334,7 @@ ACCELERATOR = {
     "memory_stats": "memory_stats",
     "reset_peak_memory_stats": "reset_peak_memory_stats",
 }
-"""``torch.accelerator`` functions -> the device module function a script calling them gets."""
+"""``torch.accelerator`` functions -> the device module function a script gets (count and index: :func:`_questions`)."""
 
 
 def accelerator_view(r: Redirect) -> dict[str, Any]:
@@ -339,12 +352,11 @@ def accelerator_view(r: Redirect) -> dict[str, Any]:
         r.report.add("torch.accelerator.current_accelerator()", REDIRECTED, f"torch.device({device_type!r})")
         return torch.device(device_type)
 
+    asked = _questions(r, "torch.accelerator")
     answers: dict[str, Callable[..., Any]] = {"is_available": available, "current_accelerator": current}
-    answers["device_count"] = _device_count(r)
-    if r.host and r.local_world_size is not None:
-        answers["current_device_index"] = answers["current_device_idx"] = _local_rank_index(
-            r, "torch.accelerator.current_device_index()"
-        )
+    answers["device_count"] = asked["device_count"]
+    answers["current_device_index"] = answers["current_device_idx"] = asked["current_device"]
+    answers["set_device_index"] = answers["set_device_idx"] = asked["set_device"]
     for name, target in ACCELERATOR.items():
         answers.setdefault(name, _mapped(r, f"torch.accelerator.{name}()", target))
     return {name: functools.wraps(getattr(acc, name))(fn) for name, fn in answers.items() if hasattr(acc, name)}

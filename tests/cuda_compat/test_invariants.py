@@ -147,13 +147,16 @@ def test_a_hostile_report_path_is_refused_and_the_exit_status_kept(tmp_path: Pat
     assert not [p for p in tmp_path.rglob(".report.json.*")], "a temporary was left behind"
 
 
-def test_the_report_is_written_beside_an_old_one(tmp_path: Path) -> None:
-    path = tmp_path / "report.json"
-    path.write_text("{}")
-    done = python("-c", "import torch; torch.zeros(1).cuda()", env={**ON, "ANYDEVICE_CUDA_COMPAT_REPORT": str(path)})
-    assert done.returncode == 0, done.stderr
+def test_the_report_replaces_an_old_report_but_not_another_file(tmp_path: Path) -> None:
+    path, other = tmp_path / "report.json", tmp_path / "notes.json"
+    path.write_text('{"device": "cpu", "calls": []}')
+    other.write_text('{"mine": true}')
+    for target in (path, other):
+        done = python("-c", "import torch; torch.zeros(1).cuda()", env={**ON, "ANYDEVICE_CUDA_COMPAT_REPORT": str(target)})
+        assert done.returncode == 0, done.stderr
     calls = {row["call"] for row in json.loads(path.read_text())["calls"]}
     assert "Tensor.cuda()" in calls and not path.is_symlink()
+    assert other.read_text() == '{"mine": true}' and "report not written" in done.stderr
 
 
 def test_off_costs_no_import(tmp_path: Path) -> None:
