@@ -22,6 +22,7 @@ CLEARED = (
     "LOCAL_WORLD_SIZE",
     "MASTER_ADDR",
     "MASTER_PORT",
+    "SLURM_PROCID",  # an srun task in the test machine's own environment is not the one a test means
 )
 
 
