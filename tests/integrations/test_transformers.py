@@ -87,3 +87,18 @@ def test_launch_env_carries_the_framework_environment(monkeypatch: pytest.Monkey
     monkeypatch.setenv("ANYDEVICE", "cpu")
     spec, _ = plan(build_parser().parse_args(["-n", "2", sys.argv[0] if Path(sys.argv[0]).is_file() else __file__]))
     assert spec.env["ACCELERATE_USE_CPU"] == "1" and spec.env["USE_TORCH_XLA"] == "0"
+
+
+def test_device_map_auto_means_the_selected_device_once_the_integration_is_imported(tmp_path: Path):
+    code = (
+        "import sys, anydevice.integrations.transformers\n"
+        "from anydevice.integrations import _hf\n"
+        "from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel\n"
+        "c = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)\n"
+        "LlamaForCausalLM(c).save_pretrained(sys.argv[1])\n"
+        "m = LlamaForCausalLM.from_pretrained(sys.argv[1], device_map='auto')\n"
+        "print(PreTrainedModel.from_pretrained.__func__._anydevice, _hf.auto_device_map(), sorted({str(p.device) for p in m.parameters()}))\n"
+    )
+    result = python("-c", code, str(tmp_path), env={"ANYDEVICE": "cpu", "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "True {'': 'cpu'} ['cpu']"
