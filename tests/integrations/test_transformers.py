@@ -97,7 +97,8 @@ def test_device_map_auto_means_the_selected_device_once_the_integration_is_impor
         "c = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)\n"
         "LlamaForCausalLM(c).save_pretrained(sys.argv[1])\n"
         "m = LlamaForCausalLM.from_pretrained(sys.argv[1], device_map='auto')\n"
-        "print(PreTrainedModel.from_pretrained.__func__._anydevice, _hf.auto_device_map(), sorted({str(p.device) for p in m.parameters()}))\n"
+        "placed = sorted({str(p.device) for p in m.parameters()})\n"
+        "print(PreTrainedModel.from_pretrained.__func__._anydevice, _hf.auto_device_map(), placed)\n"
     )
     result = python("-c", code, str(tmp_path), env={"ANYDEVICE": "cpu", "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
