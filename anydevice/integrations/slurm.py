@@ -136,7 +136,7 @@ def executor(
             raise DistributedError(f"{name} must be at least 1, got {value}.")
     if cluster == "local" and nodes != 1:
         raise DistributedError(f"The local executor runs one node; nodes={nodes} was asked for.", "Pass nodes=1 with 'local'.")
-    ex = _submitit().AutoExecutor(folder=str(folder), cluster=cluster)
+    ex: submitit.AutoExecutor = _submitit().AutoExecutor(folder=str(folder), cluster=cluster)
     resources = device_resources(resolve_device(device), tasks_per_node)
     ex.update_parameters(nodes=nodes, tasks_per_node=tasks_per_node, timeout_min=timeout_min, **{**resources, **parameters})
     return ex

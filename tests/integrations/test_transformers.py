@@ -14,7 +14,7 @@ import torch
 import anydevice as ad
 from anydevice.integrations import _hf
 from tests.distributed.helpers import anydevice_run
-from tests.utils import REPO, python
+from tests.utils import REPO, TINY_LLAMA_AUTO, python
 
 PORTS = REPO / "examples" / "ports"
 
@@ -90,16 +90,10 @@ def test_launch_env_carries_the_framework_environment(monkeypatch: pytest.Monkey
 
 
 def test_device_map_auto_means_the_selected_device_once_the_integration_is_imported(tmp_path: Path):
-    code = (
-        "import sys, anydevice.integrations.transformers\n"
-        "from anydevice.integrations import _hf\n"
-        "from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel\n"
-        "c = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)\n"
-        "LlamaForCausalLM(c).save_pretrained(sys.argv[1])\n"
-        "m = LlamaForCausalLM.from_pretrained(sys.argv[1], device_map='auto')\n"
-        "placed = sorted({str(p.device) for p in m.parameters()})\n"
-        "print(PreTrainedModel.from_pretrained.__func__._anydevice, _hf.auto_device_map(), placed)\n"
-    )
-    result = python("-c", code, str(tmp_path), env={"ANYDEVICE": "cpu", "HF_HUB_OFFLINE": "1"}, timeout=300)
+    script = tmp_path / "load.py"
+    check = "from transformers import PreTrainedModel\nfrom anydevice.integrations import _hf\n"
+    check += "print(PreTrainedModel.from_pretrained.__func__._anydevice, _hf.auto_device_map())\n"
+    script.write_text("import anydevice.integrations.transformers\n" + TINY_LLAMA_AUTO + check)
+    result = python(str(script), str(tmp_path / "model"), env={"ANYDEVICE": "cpu", "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == "True {'': 'cpu'} ['cpu']"
+    assert result.stdout.strip().splitlines()[-2:] == ["['cpu']", "True {'': 'cpu'}"]

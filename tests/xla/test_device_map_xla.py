@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.utils import python
+from tests.utils import TINY_LLAMA_AUTO, python
 
 pytestmark = pytest.mark.xla
 pytest.importorskip("transformers")
-
-LOAD = (
-    "import sys\n"
-    "from transformers import LlamaConfig, LlamaForCausalLM\n"
-    "c = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)\n"
-    "LlamaForCausalLM(c).save_pretrained(sys.argv[1])\n"
-    "m = LlamaForCausalLM.from_pretrained(sys.argv[1], device_map='auto')\n"
-    "print(sorted({str(p.device) for p in m.parameters()}))\n"
-)
 
 
 @pytest.mark.parametrize(("selected", "device"), [("xla", "xla:0"), ("cpu", "cpu")])
 @pytest.mark.parametrize("under", ["integration", "anydevice run", "plain"])
 def test_device_map_auto_follows_anydevice(tmp_path, selected: str, device: str, under: str):
     script = tmp_path / "load.py"
-    script.write_text(("import anydevice.integrations.transformers\n" if under == "integration" else "") + LOAD)
+    script.write_text(("import anydevice.integrations.transformers\n" if under == "integration" else "") + TINY_LLAMA_AUTO)
     env = {"ANYDEVICE": selected, "HF_HUB_OFFLINE": "1"}
     launch = ["-m", "anydevice", "run"] if under == "anydevice run" else []
     result = python(*launch, str(script), str(tmp_path / "model"), env=env, timeout=900)
