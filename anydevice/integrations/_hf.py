@@ -24,8 +24,6 @@ from anydevice.optimizers import fused_optimizer_supported as fused_optimizer_su
 WATCHED = ("transformers", "accelerate", "diffusers")
 """Libraries that read :func:`environment` at import: too late once one of them is imported."""
 FUSED, UNFUSED = "adamw_torch_fused", "adamw_torch"
-ACCELERATE_SPREADS = frozenset({"cuda", "xpu", "npu", "mlu", "musa", "hpu", "sdaa"})
-"""Device types whose devices Accelerate's ``device_map="auto"`` counts and spreads a model over."""
 _said: set[str] = set()
 
 
@@ -106,19 +104,29 @@ def patch(module: ModuleType) -> None:
 def auto_device_map() -> str | dict[str, str]:
     """What ``device_map="auto"`` becomes under anydevice: this process's device (:func:`device_map`), or ``"auto"``.
 
-    ``"auto"`` stays (Accelerate shards the model over the visible devices) only in one process on a
-    device type Accelerate counts (:data:`ACCELERATE_SPREADS`), selected without an index, with several
-    devices visible. Anywhere else Accelerate would pick the CPU or every rank's device 0.
+    ``"auto"`` stays (Accelerate shards the model over the visible devices) only in one process, for a
+    device selected without an index, with several visible, that Accelerate itself counts
+    (:func:`accelerate_spreads`). Anywhere else Accelerate would pick the CPU or every rank's device 0.
     """
     from anydevice import distributed
     from anydevice.backend import current
 
     backend = current()
     placement = backend.shims.placement
-    spreads = placement.device_type in ACCELERATE_SPREADS and backend.index is None
-    if spreads and distributed.world_size() == 1 and placement.device_count() > 1:
+    several = backend.index is None and distributed.world_size() == 1 and placement.device_count() > 1
+    if several and accelerate_spreads(placement.device_type):
         return "auto"
     return device_map()
+
+
+def accelerate_spreads(device_type: str) -> bool:
+    """True when Accelerate's ``device_map="auto"`` counts several devices of ``device_type`` (torch's current accelerator)."""
+    import torch
+    from accelerate.utils import get_max_memory
+
+    accelerator = torch.accelerator.current_accelerator()
+    counted = [key for key in get_max_memory() if isinstance(key, int)]  # the accelerator's devices it found
+    return accelerator is not None and accelerator.type == device_type and len(counted) > 1
 
 
 def patch_from_pretrained(module: ModuleType) -> None:

@@ -11,8 +11,9 @@
 Every task runs with ``ANYDEVICE`` set to the device resolved here (by its name alone, as for Ray:
 a login node without the device can submit) and joins one process group: ``ad.distributed.init()``
 in the script finds rank, world size, local rank and a rendezvous on the first node (port derived
-from the job id). The job asks for the device's resources: ``--gpus-per-task=1`` for cuda, the
-plugin's declared resource as a generic resource (``--gres=tpu:T``) otherwise, nothing for cpu.
+from the job id). The job asks for the device's resources (its plugin's declared Ray resource):
+``--gpus-per-task=1`` for a GPU (cuda), the resource as a generic one (``--gres=tpu:T``) otherwise,
+nothing for cpu.
 On preemption or timeout (submitit's signal) the job is requeued with the same command and the same
 ``checkpoint_dir``, so a script that resumes from its newest checkpoint there (``examples/train.py
 --checkpoint-dir``) continues where the last checkpoint left it. ``cluster="local"`` runs the same
@@ -51,9 +52,8 @@ def device_resources(device: str, tasks_per_node: int) -> dict[str, Any]:
     """submitit's ``AutoExecutor`` parameters asking SLURM for ``device`` on every task (none for cpu)."""
     from anydevice.integrations.ray import worker_resource
 
-    name = device.partition(":")[0]
     resource = worker_resource(device)
-    if name == "cuda":
+    if resource == "GPU":  # what Ray calls GPU, SLURM binds per task
         return {"slurm_gpus_per_task": 1}
     if resource is None:
         return {}
