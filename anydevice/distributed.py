@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from anydevice import settings
+from anydevice import settings, slurm_env
 from anydevice.backend import current
 from anydevice.errors import DistributedError, UnsupportedFeatureError
 
@@ -46,7 +46,7 @@ def launched() -> bool:
     """True when a launcher set this process's rendezvous environment; raise when it is half set."""
     present = [s.name for s in _LAUNCH if s.get() is not None]
     if not present:
-        return False
+        return slurm_env.srun_task() is not None  # srun: SLURM's variables stand for torchrun's
     missing = [s.name for s in _NEEDED if s.get() is None]
     if missing:
         raise DistributedError(
@@ -58,6 +58,8 @@ def launched() -> bool:
 
 def _int_setting(setting: settings.Setting, default: int) -> int:
     value = setting.get()
+    if value is None and setting in _LAUNCH and (task := slurm_env.srun_task()) is not None:
+        value = task.torchrun_env()[setting.name]
     if value is None:
         return default
     try:
@@ -101,6 +103,7 @@ def init(timeout_s: float | None = None) -> None:
 
         kwargs["timeout"] = timedelta(seconds=timeout_s)
     if launched():
+        slurm_env.adopt()  # an srun task: torchrun's variables from SLURM's, for the rendezvous
         if collectives.init_method == "env://":
             kwargs.update(rank=_int_setting(settings.RANK, 0), world_size=_int_setting(settings.WORLD_SIZE, 1))
             kwargs.update(_env_store(dist, kwargs["rank"], kwargs["world_size"], kwargs.get("timeout")))

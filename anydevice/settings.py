@@ -113,6 +113,28 @@ WORLD_SIZE: Final = Setting("WORLD_SIZE", "Set by launchers: the number of proce
 LOCAL_WORLD_SIZE: Final = Setting("LOCAL_WORLD_SIZE", "Set by launchers: processes on this node.", owner="torchrun")
 MASTER_ADDR: Final = Setting("MASTER_ADDR", "Set by launchers: rendezvous host.", owner="torchrun")
 MASTER_PORT: Final = Setting("MASTER_PORT", "Set by launchers: rendezvous port.", owner="torchrun")
+SLURM_PROCID: Final = Setting(
+    "SLURM_PROCID",
+    "Set by srun: the task's global rank. With no torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK), "
+    "`ad.distributed.init()` and `anydevice run` read the SLURM task variables as the launch environment.",
+    owner="SLURM",
+)
+SLURM_NTASKS: Final = Setting("SLURM_NTASKS", "Set by srun: the number of tasks (the world size).", owner="SLURM")
+SLURM_LOCALID: Final = Setting("SLURM_LOCALID", "Set by srun: the task's rank on its node (the local rank).", owner="SLURM")
+SLURM_NODELIST: Final = Setting(
+    "SLURM_NODELIST",
+    "Set by SLURM: the job's nodes (`node[01-04,07]`); the first is the master address unless MASTER_ADDR is set.",
+    owner="SLURM",
+)
+SLURM_JOB_ID: Final = Setting(
+    "SLURM_JOB_ID",
+    "Set by SLURM: the job id; the rendezvous port is 15000 + id % 15000 unless MASTER_PORT is set.",
+    owner="SLURM",
+)
+SLURM_NODEID: Final = Setting("SLURM_NODEID", "Set by srun: the task's node index (the node rank).", owner="SLURM")
+SLURM_TASKS_PER_NODE: Final = Setting(
+    "SLURM_TASKS_PER_NODE", "Set by SLURM: tasks per node (`2(x3),1`); gives the local world size.", owner="SLURM"
+)
 TORCHELASTIC_RESTART_COUNT: Final = Setting(
     "TORCHELASTIC_RESTART_COUNT",
     "Set by torch elastic (`anydevice run --max-restarts`, torchrun): how many times the group was restarted. "

@@ -155,7 +155,11 @@ def load() -> Shims:
 
 
 SERVING = {
-    "vllm": Serving(platforms=("cuda", "rocm"), hint="pip install vllm (the CUDA build; on ROCm, AMD's vLLM build)"),
+    "vllm": Serving(
+        platforms=("cuda", "rocm"),
+        hint="pip install vllm (the CUDA build; on ROCm, AMD's vLLM build)",
+        visible_devices="CUDA_VISIBLE_DEVICES",  # ANYDEVICE=cuda:1: vLLM drives GPU 1 alone
+    ),
     "sglang": Serving(platforms=("cuda", "rocm"), hint="pip install sglang (on ROCm, AMD's SGLang build)"),
 }
 """What serving engines run here (anydevice.integrations): their built-in CUDA platform, else ROCm."""

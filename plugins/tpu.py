@@ -166,15 +166,36 @@ def load() -> Shims:
     return _load_native() if d.installed("torch_tpu") else lazy_xla.xla_shims(xla_vendor())
 
 
-SERVING = {
-    "vllm": Serving(
-        platforms=("tpu",), hint="pip install vllm-tpu (vLLM's TPU backend, tpu-inference, runs on JAX)", builds=("vllm-tpu",)
-    ),
-    "sglang": Serving(
-        hint="SGLang's TPU support is a separate JAX project (sglang-jax) with its own server; SGLang itself has no TPU platform"
-    ),
-}
-"""What serving engines run here (anydevice.integrations): vLLM's TPU platform is JAX-based, not TorchTPU or torch_xla."""
+def libtpu_present() -> str | None:
+    """Why a serving environment can drive the TPU without TorchTPU or torch_xla: libtpu installed (vLLM's TPU stacks)."""
+    version = d.version_of("libtpu")
+    return f"libtpu {version} is installed (a TPU serving environment)" if version else None
+
+
+def serving(torch_tpu: bool | None = None) -> dict[str, Serving]:
+    """What serving engines run here (anydevice.integrations), by what is installed (``torch_tpu``: found on sys.path).
+
+    vLLM: the PyTorch-native ``vllm-torchtpu`` platform plugin (entry point ``torchtpu``) first where
+    TorchTPU is installed (it registers without a hardware check, so it is never asked without it),
+    else vLLM's built-in TPU platform (tpu-inference, on JAX). ``ANYDEVICE=tpu`` resolves for serving
+    where only libtpu is installed; ``tpu:N`` sets ``TPU_VISIBLE_CHIPS=N`` for the engine.
+    """
+    native = d.installed("torch_tpu") if torch_tpu is None else torch_tpu
+    return {
+        "vllm": Serving(
+            platforms=("tpu",),
+            plugins=("torchtpu",) if native else (),
+            plugins_first=native,
+            hint="pip install vllm-torchtpu (vLLM on TorchTPU), or vllm-tpu (tpu-inference, on JAX)",
+            builds=("vllm-tpu",),
+            available=libtpu_present,
+            visible_devices="TPU_VISIBLE_CHIPS",
+        ),
+        "sglang": Serving(
+            hint="SGLang's TPU routes are separate projects (sglang-jax; SGLang-TorchTPU) with their own servers; "
+            "SGLang itself has no TPU platform"
+        ),
+    }
 
 
 @hookimpl
@@ -192,6 +213,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             paired_packages=PAIRED_PACKAGES,
             settings=(lazy_xla.PJRT_DEVICE,),  # the torch_xla fallback's runtime
             hardware=Hardware(pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU"),
-            serving=SERVING,
+            serving=serving(),
         )
     )

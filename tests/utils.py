@@ -22,6 +22,7 @@ CLEARED = (
     "LOCAL_WORLD_SIZE",
     "MASTER_ADDR",
     "MASTER_PORT",
+    "SLURM_PROCID",  # an srun task in the test machine's own environment is not the one a test means
 )
 
 
@@ -49,3 +50,14 @@ def python(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
 def anydevice_cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run ``python -m anydevice args...``."""
     return python("-m", "anydevice", *args, **kwargs)
+
+
+TINY_LLAMA_AUTO = (
+    "import sys\n"
+    "from transformers import LlamaConfig, LlamaForCausalLM\n"
+    "c = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)\n"
+    "LlamaForCausalLM(c).save_pretrained(sys.argv[1])\n"
+    "m = LlamaForCausalLM.from_pretrained(sys.argv[1], device_map='auto')\n"
+    "print(sorted({str(p.device) for p in m.parameters()}))\n"
+)
+"""A script: save a random tiny Llama to argv[1], load it with ``device_map="auto"``, print where its parameters are."""

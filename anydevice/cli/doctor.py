@@ -6,7 +6,8 @@ Checks: torch, whether its minor version is in anydevice's range and which devic
 on it (test lanes' records, result files) or only declared, each vendor package's version pairing
 (read from metadata, before anything is imported; the packages and rules are the plugins'
 ``DeviceSpec.paired_packages``), installed plugins and their detection, what ``ANYDEVICE``
-selects, conflicting settings (the plugins judge their own variables through the
+selects, the SLURM view of the job (an srun task's rank, world and rendezvous), conflicting
+settings (the plugins judge their own variables through the
 ``anydevice_doctor_checks`` hook; core judges ``TORCH_DEVICE_BACKEND_AUTOLOAD``), the import cost
 of autoloaded backends nobody selected, a C++ compiler for inductor, free disk for the compile
 caches, and the serving engines (:mod:`anydevice.cli.doctor_serving`). Neither torch nor a vendor
@@ -33,7 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from anydevice import autoload, detect, guard, settings, versions
+from anydevice import autoload, detect, guard, settings, slurm_env, versions
 from anydevice.cli.doctor_serving import check_serving
 from anydevice.cli.progress import Progress
 from anydevice.diagnosis import Check, DoctorContext, Status
@@ -181,6 +182,37 @@ def check_selection(ctx: Context) -> list[Check]:
     ctx.selected = choice.name
     how = "the available device with the highest priority" if ctx.requested == "auto" else choice.why.split(" (", 1)[0]
     return [Check("selection", "ok", f"ANYDEVICE={ctx.requested} selects {choice.name} ({how})")]
+
+
+def check_slurm(ctx: Context) -> list[Check]:
+    """The SLURM view of the job (no line outside SLURM): this task's place, or why it is not one."""
+    job = settings.SLURM_JOB_ID.get()
+    if job is None and settings.SLURM_PROCID.get() is None:
+        return []
+    try:
+        task = slurm_env.srun_task()
+    except AnyDeviceError as exc:
+        return [Check("slurm", "fail", exc.message, exc.hint)]
+    if task is not None:
+        where = f"{len(task.nodes)} node(s) from SLURM_NODELIST={settings.SLURM_NODELIST.get()}"
+        return [
+            Check(
+                "slurm",
+                "ok",
+                f"srun task: rank {task.rank} of {task.world_size}, local rank {task.local_rank}; job {task.job_id}, "
+                f"{where}; rendezvous {task.master_addr}:{task.master_port}",
+            )
+        ]
+    if settings.SLURM_PROCID.get() is not None:
+        return [Check("slurm", "info", f"SLURM job {job}: a launcher's RANK/WORLD_SIZE/LOCAL_RANK are set and win over SLURM's")]
+    return [
+        Check(
+            "slurm",
+            "info",
+            f"inside SLURM job {job} but not an srun task: one process here is a world of one",
+            "start the ranks with `srun python train.py` or `srun anydevice run train.py` (one world over the tasks)",
+        )
+    ]
 
 
 # -- settings -------------------------------------------------------------------------------
@@ -363,6 +395,7 @@ CHECKS: tuple[Callable[[Context], list[Check]], ...] = (
     check_pairs,
     check_plugins,
     check_selection,
+    check_slurm,
     check_plugin_settings,
     check_autoload_setting,
     check_serving,

@@ -13,6 +13,7 @@ from importlib import metadata
 from anydevice import detect, settings, versions
 from anydevice.device_spec import Serving
 from anydevice.diagnosis import Check, DoctorContext
+from anydevice.errors import AnyDeviceError
 from anydevice.integrations import _serving
 from anydevice.integrations._serving import VLLM, Engine
 from anydevice.registry import Registry
@@ -105,17 +106,26 @@ def platform_under_selection(ctx: DoctorContext, engine: Engine, dist: str) -> C
     requested = _serving.requested()
     if requested is None:
         return Check(label, "ok", f"ANYDEVICE is unset: {engine.name} detects its platform itself (anydevice stays out)")
-    device = ctx.selected
+    device, served_by = ctx.selected, ""
     if device is None:
-        return Check(
-            label, "info", f"ANYDEVICE={requested} does not resolve here (see selection): {engine.name} will stop with that error"
-        )
-    prefix = f"ANYDEVICE={requested} -> {device}"
+        try:  # the engine's own stack may drive what anydevice's detection finds unavailable (libtpu alone)
+            device, why = _serving.resolve_device(requested, engine)
+            served_by = f" ({why.partition(': ')[2]})"
+        except AnyDeviceError:
+            return Check(
+                label,
+                "info",
+                f"ANYDEVICE={requested} does not resolve here (see selection): {engine.name} will stop with that error",
+            )
+    prefix = f"ANYDEVICE={requested} -> {device}{served_by}{_visible(engine, requested, device)}"
     declared = _serving.declared_serving(engine, device, ctx.registry)
     if not declared.platforms and not declared.plugins:
         return Check(
             label, "warn", f"{prefix}: {declared.hint or f'{engine.name} cannot serve {device}'}", "choose another device"
         )
+    plugin = _installed_plugin(engine, declared)
+    if plugin is not None and (declared.plugins_first or not declared.platforms):
+        return Check(label, "ok", f"{prefix}: the platform plugin {plugin}")
     if declared.platforms:
         built_for = [name for name in ctx.registry.names() if dist in _builds(ctx.registry, name, engine)]
         if built_for and device not in built_for:
@@ -123,14 +133,28 @@ def platform_under_selection(ctx: DoctorContext, engine: Engine, dist: str) -> C
                 label, "warn", f"{prefix}, but {dist} is {engine.name}'s build for {', '.join(built_for)}", declared.hint
             )
         return Check(label, "ok", f"{prefix}: {engine.name}'s built-in {' or '.join(declared.platforms)} platform")
-    plugins = _serving.platform_entry_points(engine)
-    for name in declared.plugins:
-        if name in plugins and name != engine.plugin_name:
-            return Check(label, "ok", f"{prefix}: the platform plugin '{name}' ({_serving.distribution_of(plugins[name])})")
     looked = ", ".join(declared.plugins)
     return Check(
         label, "warn", f"{prefix}: no {engine.name} platform plugin for it is installed (looked for {looked})", declared.hint
     )
+
+
+def _installed_plugin(engine: Engine, declared: Serving) -> str | None:
+    """The first declared vendor platform plugin that is installed, as ``'name' (distribution version)``."""
+    plugins = _serving.platform_entry_points(engine)
+    for name in declared.plugins:
+        if name in plugins and name != engine.plugin_name:
+            return f"'{name}' ({_serving.distribution_of(plugins[name])})"
+    return None
+
+
+def _visible(engine: Engine, requested: str, device: str) -> str:
+    """``; CUDA_VISIBLE_DEVICES=1 for the engine`` where an index becomes its visible-device setting."""
+    try:
+        env = _serving.visible_env(engine, requested, device)
+    except AnyDeviceError as exc:
+        return f"; {exc.message}"
+    return "".join(f"; {k}={v} for the engine" for k, v in env.items() if k != settings.ANYDEVICE.name)
 
 
 def _builds(registry: Registry, device: str, engine: Engine) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from anydevice import autoload, settings
+from anydevice import autoload, settings, slurm_env
 from anydevice.cli import launch_args, lifeline
 from anydevice.cli.launch_args import build_parser  # noqa: F401 - where callers of 0.2 found it
 from anydevice.errors import DistributedError
@@ -457,6 +457,7 @@ def registered_launcher(name: str) -> Launcher:
 def main(argv: list[str]) -> int:
     """Entry point of ``anydevice run``; returns the exit status (non-zero when a rank or the command failed)."""
     args = launch_args.parse(argv)
+    slurm_env.srun_launch(args)  # inside an srun task: the tasks' ranks form one world
     try:
         spec, backend = _plan(args)
         lifeline.guard_descendants()  # what the ranks or the command start ends with this run

@@ -1,4 +1,5 @@
-"""What makes Hugging Face Transformers, Trainer and Accelerate follow ``ANYDEVICE``: environment, optimizer, device map.
+"""What makes Hugging Face Transformers, Trainer and Accelerate follow ``ANYDEVICE``: environment, optimizer, device map
+(``from_pretrained(device_map="auto")`` means the selected device).
 
 No side effect at import: ``anydevice run`` calls :func:`launch_env` (parent) and
 :func:`install_import_hook` (each rank); :mod:`anydevice.integrations.transformers` calls :func:`install`.
@@ -6,11 +7,12 @@ No side effect at import: ``anydevice run`` calls :func:`launch_env` (parent) an
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +24,6 @@ from anydevice.optimizers import fused_optimizer_supported as fused_optimizer_su
 WATCHED = ("transformers", "accelerate", "diffusers")
 """Libraries that read :func:`environment` at import: too late once one of them is imported."""
 FUSED, UNFUSED = "adamw_torch_fused", "adamw_torch"
-_PATCHED_MODULE = "transformers.training_args"
 _said: set[str] = set()
 
 
@@ -100,27 +101,81 @@ def patch(module: ModuleType) -> None:
     cls.__post_init__ = __post_init__
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader, then :func:`patch`."""
+def auto_device_map() -> str | dict[str, str]:
+    """What ``device_map="auto"`` becomes under anydevice: this process's device (:func:`device_map`), or ``"auto"``.
 
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self.loader = loader
+    ``"auto"`` stays (Accelerate shards the model over the visible devices) only in one process, for a
+    device selected without an index, with several visible, that Accelerate itself counts
+    (:func:`accelerate_spreads`). Anywhere else Accelerate would pick the CPU or every rank's device 0.
+    """
+    from anydevice import distributed
+    from anydevice.backend import current
+
+    backend = current()
+    placement = backend.shims.placement
+    several = backend.index is None and distributed.world_size() == 1 and placement.device_count() > 1
+    if several and accelerate_spreads(placement.device_type):
+        return "auto"
+    return device_map()
+
+
+def accelerate_spreads(device_type: str) -> bool:
+    """True when Accelerate's ``device_map="auto"`` counts several devices of ``device_type`` (torch's current accelerator)."""
+    import torch
+    from accelerate.utils import get_max_memory
+
+    accelerator = torch.accelerator.current_accelerator()
+    counted = [key for key in get_max_memory() if isinstance(key, int)]  # the accelerator's devices it found
+    return accelerator is not None and accelerator.type == device_type and len(counted) > 1
+
+
+def patch_from_pretrained(module: ModuleType) -> None:
+    """Make ``module.PreTrainedModel.from_pretrained`` (``transformers.modeling_utils``) read ``device_map="auto"``
+    as :func:`auto_device_map`."""
+    cls = module.PreTrainedModel
+    original = cls.__dict__["from_pretrained"].__func__
+    if getattr(original, "_anydevice", False):
+        return
+
+    @functools.wraps(original)
+    def from_pretrained(klass: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(kwargs.get("device_map"), str) and kwargs["device_map"] == "auto":
+            kwargs["device_map"] = auto_device_map()
+        return original(klass, *args, **kwargs)
+
+    from_pretrained._anydevice = True  # type: ignore[attr-defined]
+    cls.from_pretrained = classmethod(from_pretrained)
+
+
+PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    "transformers.training_args": patch,
+    "transformers.modeling_utils": patch_from_pretrained,
+}
+"""The modules the import hook patches when they are imported, and how."""
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the real loader, then the module's patch (:data:`PATCHES`)."""
+
+    def __init__(self, loader: importlib.abc.Loader, patcher: Callable[[ModuleType], None]) -> None:
+        self.loader, self.patcher = loader, patcher
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self.loader.exec_module(module)
-        patch(module)
+        self.patcher(module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Finds ``transformers.training_args`` with the other finders and wraps its loader (imports nothing itself)."""
+    """Finds the modules of :data:`PATCHES` with the other finders and wraps their loaders (imports nothing itself)."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != _PATCHED_MODULE:
+        patcher = PATCHES.get(fullname)
+        if patcher is None:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -128,16 +183,18 @@ class _Finder(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _PatchingLoader(spec.loader)
+                    spec.loader = _PatchingLoader(spec.loader, patcher)
                 return spec
         return None
 
 
 def install_import_hook() -> None:
-    """Patch Trainer's optimizer choice when ``transformers.training_args`` is imported (now, if it already is)."""
-    if _PATCHED_MODULE in sys.modules:
-        patch(sys.modules[_PATCHED_MODULE])
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
+    """Patch Trainer's optimizer choice and ``from_pretrained(device_map="auto")`` when transformers imports them
+    (now, for what is already imported)."""
+    for name, patcher in PATCHES.items():
+        if name in sys.modules:
+            patcher(sys.modules[name])
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
 
 

@@ -63,13 +63,60 @@ def requested() -> str | None:
     return os.environ.get(settings.ANYDEVICE.name, "").strip() or None
 
 
-def resolve_device(selection: str) -> tuple[str, str]:
-    """``(device, why)`` for ``selection`` by anydevice's rules; raises anydevice's error when nothing fits."""
+def resolve_device(selection: str, engine: Engine | None = None) -> tuple[str, str]:
+    """``(device, why)`` for ``selection`` by anydevice's rules; raises anydevice's error when nothing fits.
+
+    With ``engine``, a device named alone that anydevice finds unavailable still resolves where its
+    plugin's serving declaration says the engine can drive it here (``Serving.available``: libtpu
+    without TorchTPU or torch_xla).
+    """
     from anydevice.registry import get_registry
     from anydevice.selection import resolve
 
-    choice = resolve(selection, get_registry())
+    registry = get_registry()
+    try:
+        choice = resolve(selection, registry)
+    except DeviceUnavailableError:
+        device = _named_device(selection)
+        available = declared_serving(engine, device, registry).available if engine and device else None
+        reason = available() if available is not None else None
+        if device is None or reason is None:
+            raise
+        return device, f"selected by name ({device}): {reason}"
     return choice.name, choice.why
+
+
+def _named_device(selection: str) -> str | None:
+    """The canonical device ``selection`` names alone (``tpu``, ``tpu:0``), None for lists, ``auto`` or unknown names."""
+    from anydevice.registry import get_registry
+    from anydevice.selection import parse
+
+    items = parse(selection).items
+    return get_registry().canonical(items[0].name) if len(items) == 1 else None
+
+
+def visible_env(engine: Engine, selection: str, device: str) -> dict[str, str]:
+    """What makes the engine drive the one device ``selection`` indexes (``cuda:1``): its visible-device variable.
+
+    ``{}`` without an index or where the device declares no variable (``Serving.visible_devices``).
+    The index counts within what is visible already (``CUDA_VISIBLE_DEVICES=2,3`` and ``cuda:1``: 3);
+    ``ANYDEVICE`` becomes ``device:0`` so that the engine's children, which see that one device, agree.
+    """
+    from anydevice.selection import parse
+
+    items = parse(selection).items
+    variable = declared_serving(engine, device).visible_devices
+    if len(items) != 1 or items[0].index is None or variable is None:
+        return {}
+    index = items[0].index
+    visible = [v.strip() for v in os.environ.get(variable, "").split(",") if v.strip()]
+    if visible and index >= len(visible):
+        raise unusable(
+            device,
+            f"ANYDEVICE={selection} asks for device {index}, but {variable}={','.join(visible)} shows {len(visible)}",
+            f"pick an index below {len(visible)}, or widen {variable}",
+        )
+    return {variable: visible[index] if visible else str(index), settings.ANYDEVICE.name: f"{device}:0"}
 
 
 def available_devices() -> list[str]:
@@ -131,11 +178,12 @@ def decide(engine: Engine, selection: str, builtin: BuiltinPlatform) -> Decision
     """Resolve ``selection`` with anydevice, then find the engine's platform for the device as its plugin declares it.
 
     The declared built-in platforms are tried first (``builtin``, the engine's own detection), then
-    the declared vendor plugins; the first that answers wins. Anything else is anydevice's error
+    the declared vendor plugins (the other way round with ``Serving.plugins_first``); the first that
+    answers wins. Anything else is anydevice's error
     with the reasons and the plugin's hint.
     """
     try:
-        device, why = resolve_device(selection)
+        device, why = resolve_device(selection, engine)
     except AnyDeviceError as exc:
         return Decision(None, None, str(exc), exc)
     declared = declared_serving(engine, device)
@@ -143,15 +191,36 @@ def decide(engine: Engine, selection: str, builtin: BuiltinPlatform) -> Decision
         reason = declared.hint or f"{engine.name} cannot serve {device}"
         return Decision(device, None, reason, unusable(device, reason, "serve it with another engine, or choose another device"))
     tried: list[str] = []
-    for name in declared.platforms:
+    routes = (_vendor_plugins, _builtins) if declared.plugins_first else (_builtins, _vendor_plugins)
+    for route in routes:
         try:
-            found = builtin(name)
+            found = route(engine, declared, builtin, tried)
         except AnyDeviceError as exc:  # the engine's platform needs a setting it cannot take any more
             return Decision(device, None, exc.message, exc)
+        if found is not None:
+            return Decision(device, found[0], f"{why}; {found[1]}")
+    build = installed_distribution(engine)
+    shown = f"{build[0]} {build[1]}" if build else engine.name
+    reason = f"{shown} cannot drive {device} here ({'; '.join(tried)})"
+    fix = (
+        declared.hint or f"install the {device} vendor's {engine.platform_group} plugin, or choose another device with ANYDEVICE"
+    )
+    return Decision(device, None, reason, unusable(device, reason, fix))
+
+
+def _builtins(engine: Engine, declared: Serving, builtin: BuiltinPlatform, tried: list[str]) -> Found | None:
+    """The first declared built-in platform the engine's own detection finds; what the others said goes to ``tried``."""
+    for name in declared.platforms:
+        found = builtin(name)
         platform, note = found if found is not None else (None, f"{engine.name} has no built-in '{name}' platform")
         if platform is not None:
-            return Decision(device, platform, f"{why}; {note}")
+            return platform, note
         tried.append(note)
+    return None
+
+
+def _vendor_plugins(engine: Engine, declared: Serving, builtin: BuiltinPlatform, tried: list[str]) -> Found | None:
+    """The first declared vendor platform plugin that is installed and answers; what the others said goes to ``tried``."""
     plugins = platform_entry_points(engine)
     for name in declared.plugins:
         ep = plugins.get(name) if name != engine.plugin_name else None
@@ -160,15 +229,9 @@ def decide(engine: Engine, selection: str, builtin: BuiltinPlatform) -> Decision
             continue
         platform, note = call_plugin(engine, ep)
         if platform is not None:
-            return Decision(device, platform, f"{why}; {note}")
+            return platform, note
         tried.append(note)
-    build = installed_distribution(engine)
-    shown = f"{build[0]} {build[1]}" if build else engine.name
-    reason = f"{shown} cannot drive {device} here ({'; '.join(tried)})"
-    fix = (
-        declared.hint or f"install the {device} vendor's {engine.platform_group} plugin, or choose another device with ANYDEVICE"
-    )
-    return Decision(device, None, reason, unusable(device, reason, fix))
+    return None
 
 
 def announce(engine: Engine, selection: str, decision: Decision, hidden: list[str], log: logging.Logger) -> None:

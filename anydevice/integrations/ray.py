@@ -12,6 +12,9 @@
 
     result = trainer(loop, num_workers=4).fit()  # asks Ray for the device's resource per worker
 
+Pipelines with a device per stage (a Ray Data map on cpu, training on tpu, an inference actor pool
+on cuda) give each stage's workers :func:`stage` options (or ``trainer(device=...)``).
+
 The driver resolves the device from its name alone (no detection, no vendor import) when
 ``ANYDEVICE`` (or ``device=``) names one, so a CPU-only head node can launch GPU or TPU workers;
 ``auto`` and lists are resolved by detection on the driver.
@@ -107,6 +110,24 @@ def worker_env(device: str | None = None) -> dict[str, str]:
     env.update({s.name: value for s in (*FORWARDED, *own) if (value := s.get()) is not None})
     autoload.apply(env, selection=name)
     return env
+
+
+def stage(device: str | None = None, per_worker: float = 1) -> dict[str, Any]:
+    """Ray options for one pipeline stage's workers on ``device``: its resource request and its :func:`worker_env`.
+
+    For the stages of one workflow on different devices: ``ds.map_batches(fn, **stage("cpu"))``,
+    ``ray.remote(**stage("cuda"))(Actor)`` for an actor pool, and :func:`trainer` with ``device=`` for
+    training. Each stage's workers start with their own ``ANYDEVICE``; ``per_worker`` of the device's
+    resource is asked for each (``num_gpus`` for ``GPU``, ``resources`` otherwise, nothing for cpu).
+    """
+    name = resolve_device(device)
+    resource = worker_resource(name)
+    options: dict[str, Any] = {"runtime_env": {"env_vars": worker_env(name)}}
+    if resource == "GPU":
+        options["num_gpus"] = per_worker
+    elif resource is not None:
+        options["resources"] = {resource: per_worker}
+    return options
 
 
 def run_config(base: RunConfig | None = None, device: str | None = None, **options: Any) -> RunConfig:

@@ -14,7 +14,10 @@ What it does:
   N (on cpu it needs ``ACCELERATE_USE_CPU`` for that, or each rank trains alone);
 * replaces Trainer's ``optim="adamw_torch_fused"`` (the default on torch >= 2.8) by ``"adamw_torch"``
   on a device without fused optimizer kernels (torch_xla), saying so once on stderr;
-* :func:`device_map` gives ``from_pretrained(device_map=...)`` this process's device.
+* makes ``from_pretrained(device_map="auto")`` place the model on the selected device (this
+  process's, local-rank aware; Accelerate's own sharding where it counts the device type and
+  several are visible to one process): :func:`auto_device_map`;
+* :func:`device_map` gives ``from_pretrained(device_map=...)`` this process's device explicitly.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from anydevice.integrations._hf import (
     UNFUSED,
     WATCHED,
     apply_environment,
+    auto_device_map,
     device_map,
     environment,
     fix_optimizer,
@@ -37,6 +41,7 @@ __all__ = [
     "UNFUSED",
     "WATCHED",
     "apply_environment",
+    "auto_device_map",
     "device_map",
     "environment",
     "fix_optimizer",

@@ -13,6 +13,9 @@ vLLM asks every platform plugin in each process it starts (API server, engine co
   tpu), asked through vLLM's own detection so that a build that cannot drive the device says so,
   or a vendor's installed platform plugin (neuron, metal, or one named like the device), which is
   called so that its registration side effects happen.
+- An index (``ANYDEVICE=cuda:1``) becomes the engine's visible-device setting where the device
+  declares one (``Serving.visible_devices``: ``CUDA_VISIBLE_DEVICES=1``, ``TPU_VISIBLE_CHIPS``),
+  set before vLLM starts its workers; ``ANYDEVICE`` becomes ``cuda:0`` for them.
 - A selection that cannot be served (no such device here, or this vLLM cannot drive it) stops
   vLLM with anydevice's error (reason, fix, what is available). vLLM ignores exceptions raised
   by platform plugins during detection, so the answer is :class:`SelectionRefused`, whose
@@ -59,6 +62,11 @@ def platform_plugin() -> str | None:
     hidden = _only_this_plugin()
     first = selection not in _decisions
     decision = platform_for(selection)
+    if decision.error is None and decision.device is not None:
+        try:  # before vLLM starts its workers: they inherit it
+            os.environ.update(_serving.visible_env(VLLM, selection, decision.device))
+        except AnyDeviceError as exc:
+            decision = _decisions[selection] = Decision(decision.device, None, exc.message, exc)
     if first:
         _serving.announce(VLLM, selection, decision, hidden, log)
     return decision.platform if decision.error is None else f"{__name__}.{SelectionRefused.__name__}"

@@ -14,7 +14,7 @@ import torch
 import anydevice as ad
 from anydevice.integrations import _hf
 from tests.distributed.helpers import anydevice_run
-from tests.utils import REPO, python
+from tests.utils import REPO, TINY_LLAMA_AUTO, python
 
 PORTS = REPO / "examples" / "ports"
 
@@ -87,3 +87,13 @@ def test_launch_env_carries_the_framework_environment(monkeypatch: pytest.Monkey
     monkeypatch.setenv("ANYDEVICE", "cpu")
     spec, _ = plan(build_parser().parse_args(["-n", "2", sys.argv[0] if Path(sys.argv[0]).is_file() else __file__]))
     assert spec.env["ACCELERATE_USE_CPU"] == "1" and spec.env["USE_TORCH_XLA"] == "0"
+
+
+def test_device_map_auto_means_the_selected_device_once_the_integration_is_imported(tmp_path: Path):
+    script = tmp_path / "load.py"
+    check = "from transformers import PreTrainedModel\nfrom anydevice.integrations import _hf\n"
+    check += "print(PreTrainedModel.from_pretrained.__func__._anydevice, _hf.auto_device_map())\n"
+    script.write_text("import anydevice.integrations.transformers\n" + TINY_LLAMA_AUTO + check)
+    result = python(str(script), str(tmp_path / "model"), env={"ANYDEVICE": "cpu", "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-2:] == ["['cpu']", "True {'': 'cpu'}"]

@@ -105,3 +105,50 @@ def test_serve_vllm_probe_skips_with_the_reason_without_vllm(monkeypatch: pytest
     result = run_probe(probe, ad, ad.device())
     assert result.status is Status.SKIP
     assert result.reason == "vllm is not installed here (pip install vllm)"
+
+
+@pytest.mark.parametrize(
+    ("selection", "visible", "expected"),
+    [
+        ("cuda:1", None, {"CUDA_VISIBLE_DEVICES": "1", "ANYDEVICE": "cuda:0"}),
+        ("cuda:1", "2,3", {"CUDA_VISIBLE_DEVICES": "3", "ANYDEVICE": "cuda:0"}),  # the index counts within what is visible
+        ("cuda:0", "1", {"CUDA_VISIBLE_DEVICES": "1", "ANYDEVICE": "cuda:0"}),  # what the engine's children see: stable
+        ("cuda", "2,3", {}),  # no index: the engine's own flags decide
+        ("cpu", None, {}),  # no visible-device variable declared
+    ],
+)
+def test_an_index_becomes_the_engines_visible_device_setting(
+    monkeypatch: pytest.MonkeyPatch, selection: str, visible: str | None, expected: dict[str, str]
+) -> None:
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert _serving.visible_env(_serving.VLLM, selection, selection.partition(":")[0]) == expected
+
+
+def test_an_index_beyond_the_visible_devices_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from anydevice.errors import DeviceUnavailableError
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(DeviceUnavailableError, match=r"asks for device 1, but CUDA_VISIBLE_DEVICES=0 shows 1") as info:
+        _serving.visible_env(_serving.VLLM, "cuda:1", "cuda")
+    assert "pick an index below 1" in str(info.value)
+
+
+def test_tpu_serving_prefers_vllm_torchtpu_only_next_to_torch_tpu() -> None:
+    from anydevice.plugins import tpu
+
+    native, jax = tpu.serving(torch_tpu=True)["vllm"], tpu.serving(torch_tpu=False)["vllm"]
+    assert (native.plugins, native.plugins_first, native.platforms) == (("torchtpu",), True, ("tpu",))
+    assert (jax.plugins, jax.plugins_first, jax.platforms) == ((), False, ("tpu",))  # it registers without a hardware check
+    assert native.visible_devices == jax.visible_devices == "TPU_VISIBLE_CHIPS"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is not None, reason="checks a machine without libtpu")
+def test_tpu_without_libtpu_torch_tpu_or_torch_xla_is_not_servable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from anydevice.errors import DeviceUnavailableError
+
+    monkeypatch.setenv("ANYDEVICE", "tpu")
+    with pytest.raises(DeviceUnavailableError, match="'tpu' is not available"):
+        _serving.resolve_device("tpu", _serving.VLLM)

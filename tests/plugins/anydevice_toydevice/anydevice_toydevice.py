@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.device_spec import Detection, DeviceSpec, Hardware
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
 
@@ -36,5 +36,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             load=load,
             priority=-5,  # below cpu: installing it never changes what `auto` picks
             vendor_package="anydevice-toydevice",
+            hardware=Hardware(ray_resource="toy_chip"),  # a Ray worker on it asks for one toy_chip (a custom resource)
         )
     )
