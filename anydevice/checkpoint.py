@@ -121,7 +121,9 @@ def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
     """Fill ``state``'s modules and optimizers in place from ``directory``; return ``state`` with its plain values loaded.
 
     Every key of ``state`` must be in the checkpoint (the checkpoint may hold more). Works with
-    any number of ranks, and in a single process without a process group.
+    any number of ranks, and in a single process without a process group. Unlike DCP's own load,
+    it runs no code from the checkpoint: ``.metadata`` may name only DCP's metadata classes and
+    plain values are read weights-only (:mod:`anydevice.dcp_reading`); anything else is refused.
     """
     from torch.distributed.checkpoint import state_dict_loader as dcp
     from torch.distributed.checkpoint.api import CheckpointException
@@ -141,12 +143,19 @@ def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
             f"{path} is not a complete checkpoint (it has no {METADATA}).",
             "It was not written by ad.checkpoint.save, or was damaged; load another checkpoint.",
         )
+    from anydevice.dcp_reading import SafePlanner, SafeReader
+
     _quiet_dcp_noise()
     parts = _Parts(state)
     state_dict = _state_dict(parts)
+    reader, planner = SafeReader(path), SafePlanner()
+    reader.read_metadata()  # a refused .metadata raises here, before DCP catches and rewords the error
     try:
-        dcp.load(state_dict, checkpoint_id=path, no_dist=group_rank() is None)
+        dcp.load(state_dict, checkpoint_id=path, storage_reader=reader, planner=planner, no_dist=group_rank() is None)
     except (Exception, CheckpointException) as exc:
+        refusal = reader.refusal or planner.refusal
+        if refusal is not None:
+            raise refusal from None
         raise CheckpointError(f"Checkpoint {path} could not be loaded: {_first_line(exc)}") from exc
     _apply(parts, state_dict)
     return {key: state_dict[key] if key in parts.plain else value for key, value in state.items()}

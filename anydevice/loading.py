@@ -85,12 +85,18 @@ def verify_archive(path: Path) -> None:
 _AGAIN = "Load an older checkpoint, or save it again."
 
 
+def refused_global(exc: BaseException) -> str | None:
+    """The global a weights-only ``torch.load`` refused, as ``module.name``, when that is why ``exc`` was raised."""
+    refused = _GLOBAL.search(str(exc))
+    return refused[1].rstrip(".") if isinstance(exc, pickle.UnpicklingError) and refused else None
+
+
 def _classify(path: Path, exc: Exception) -> Exception:
     text = str(exc)
-    refused = _GLOBAL.search(text)
-    if isinstance(exc, pickle.UnpicklingError) and refused:
+    refused = refused_global(exc)
+    if refused:
         return CheckpointError(
-            f"Checkpoint {path} was refused: it needs {refused[1].rstrip('.')}, which a safe (weights-only) load "
+            f"Checkpoint {path} was refused: it needs {refused}, which a safe (weights-only) load "
             "does not import.",
             "If you saved objects of your own types, register them with torch.serialization.add_safe_globals; "
             "never load a file you do not trust.",
