@@ -1,0 +1,37 @@
+"""Issue 25's remaining minor classes, each with the exact outcome: what a user sees instead of a raw escape
+sequence, a traceback or a silent load."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import anydevice as ad
+from anydevice.errors import CheckpointError
+from tests.utils import anydevice_cli
+
+
+@pytest.mark.parametrize(
+    ("value", "first_line"),
+    [
+        ("tp\x1b]0;owned\x07u", r"Malformed device name 'tp\x1b]0;owned\x07u' in 'tp\x1b]0;owned\x07u'."),
+        ("cpu,\x1b[31mx", r"Malformed device name '\x1b[31mx' in 'cpu,\x1b[31mx'."),
+        ("cpu,,\x1b[2J", r"Malformed device list 'cpu,,\x1b[2J': it has an empty entry."),
+        ("cpu:\x1b[1", r"Bad device index '\x1b[1' in 'cpu:\x1b[1': the index must be a non-negative integer"),
+    ],
+)
+def test_anydevice_with_control_characters_is_echoed_escaped(value: str, first_line: str) -> None:
+    proc = anydevice_cli("info", env={"ANYDEVICE": value})
+    assert proc.returncode != 0
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
+    assert proc.stderr.startswith(f"anydevice: error: {first_line}")
+
+
+@pytest.mark.parametrize("value", ["~nosuchuser-anydevice/cache", "~nosuchuser-anydevice"])
+def test_doctor_with_an_unknown_user_in_a_path_setting_is_one_clear_error(value: str) -> None:
+    proc = anydevice_cli("doctor", env={"ANYDEVICE": "cpu", "ANYDEVICE_CACHE_DIR": value})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[0] == (
+        f"anydevice: error: ANYDEVICE_CACHE_DIR={value!r} starts with ~nosuchuser-anydevice, but there is no user "
+        "'nosuchuser-anydevice'."
+    )
