@@ -117,13 +117,15 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
     return done
 
 
-def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
+def load(state: Mapping[str, Any], directory: str | Path, *, strict: bool = True) -> dict[str, Any]:
     """Fill ``state``'s modules and optimizers in place from ``directory``; return ``state`` with its plain values loaded.
 
     Every key of ``state`` must be in the checkpoint (the checkpoint may hold more). Works with
     any number of ranks, and in a single process without a process group. Unlike DCP's own load,
     it runs no code from the checkpoint: ``.metadata`` may name only DCP's metadata classes and
     plain values are read weights-only (:mod:`anydevice.dcp_reading`); anything else is refused.
+    ``strict`` as in ``Module.load_state_dict``: a module's entries in the checkpoint that the
+    module lacks (unexpected keys) are an error naming them; ``strict=False`` ignores them.
     """
     from torch.distributed.checkpoint import state_dict_loader as dcp
     from torch.distributed.checkpoint.api import CheckpointException
@@ -149,7 +151,9 @@ def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
     parts = _Parts(state)
     state_dict = _state_dict(parts)
     reader, planner = SafeReader(path), SafePlanner()
-    reader.read_metadata()  # a refused .metadata raises here, before DCP catches and rewords the error
+    found = reader.read_metadata()  # a refused .metadata raises here, before DCP catches and rewords the error
+    if strict:
+        _check_unexpected(path, parts, state_dict, found.state_dict_metadata)
     try:
         dcp.load(state_dict, checkpoint_id=path, storage_reader=reader, planner=planner, no_dist=group_rank() is None)
     except (Exception, CheckpointException) as exc:
@@ -208,6 +212,24 @@ def _state_dict(parts: _Parts) -> dict[str, Any]:
         state_dict[key] = get_optimizer_state_dict(parts.modules[owner], optimizer)
     state_dict.update(parts.plain)
     return state_dict
+
+
+def _check_unexpected(path: Path, parts: _Parts, state_dict: dict[str, Any], stored: Mapping[str, Any]) -> None:
+    """Raise when the checkpoint holds entries under a module's key that the module does not have (strict loading)."""
+    for key in parts.modules:
+        wanted = {f"{key}.{name}" for name in state_dict[key]}
+        extra = sorted(
+            fqn[len(key) + 1 :]
+            for fqn in stored
+            if fqn.startswith(f"{key}.") and fqn not in wanted and not any(fqn.startswith(f"{w}.") for w in wanted)
+        )
+        if extra:
+            shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+            raise CheckpointError(
+                f"Checkpoint {path} holds entries for '{key}' that the module does not have (unexpected keys: {shown}).",
+                "Load it into the model it was saved from, or pass strict=False to ignore them "
+                "(as Module.load_state_dict(strict=False) does).",
+            )
 
 
 def _apply(parts: _Parts, state_dict: dict[str, Any]) -> None:

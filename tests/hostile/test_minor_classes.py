@@ -35,3 +35,23 @@ def test_doctor_with_an_unknown_user_in_a_path_setting_is_one_clear_error(value:
         f"anydevice: error: ANYDEVICE_CACHE_DIR={value!r} starts with ~nosuchuser-anydevice, but there is no user "
         "'nosuchuser-anydevice'."
     )
+
+
+def test_a_checkpoint_with_keys_the_module_lacks_is_refused_unless_strict_is_off(tmp_path) -> None:
+    ad.use("cpu")
+    saved = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 2))
+    ad.checkpoint.save({"model": saved, "step": 4}, tmp_path / "c")
+    smaller = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    before = smaller[0].weight.detach().clone()
+    with pytest.raises(CheckpointError) as info:
+        ad.checkpoint.load({"model": smaller, "step": 0}, tmp_path / "c")
+    assert str(info.value).splitlines()[0] == (
+        f"Checkpoint {tmp_path / 'c'} holds entries for 'model' that the module does not have "
+        "(unexpected keys: 1.bias, 1.weight)."
+    )
+    assert torch.equal(smaller[0].weight, before)  # nothing was loaded
+    state = ad.checkpoint.load({"model": smaller, "step": 0}, tmp_path / "c", strict=False)
+    assert state["step"] == 4 and torch.equal(smaller[0].weight, saved[0].weight)
+    torch.nn.Sequential(torch.nn.Linear(3, 3)).load_state_dict(saved.state_dict(), strict=False)  # torch's rule, same keys
+    with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "1.weight", "1.bias"'):
+        torch.nn.Sequential(torch.nn.Linear(3, 3)).load_state_dict(saved.state_dict())
