@@ -447,10 +447,11 @@ def _import_and_register(name: str, value: str, emit: Any) -> list[Any]:
     from anydevice import hookspecs
     from anydevice.device_spec import DeviceSpec, is_valid_name
     from anydevice.guard import describe
+    from anydevice.registry import ENTRY_POINT_GROUP, load_entry_point
 
     emit(e="start", plugin=name, stage="import")
     try:
-        module = metadata.EntryPoint(name=name, value=value, group="anydevice").load()
+        module = load_entry_point(metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP))
     except BaseException as exc:
         emit(e="failed", plugin=name, stage="import", error=describe(exc))
         return []

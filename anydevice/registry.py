@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
@@ -204,7 +204,7 @@ class Registry:
                 if other is not winner:
                     self._fail(name, "clash", _entry_point_clash(other, winner))
             dist = getattr(winner, "dist", None)
-            yield _Candidate(name, winner.load, _distribution(winner), winner.value, dist.version if dist is not None else None)
+            yield _Candidate(name, functools.partial(load_entry_point, winner), _distribution(winner), winner.value, dist.version if dist is not None else None)
 
     def _register_plugin(self, candidate: _Candidate) -> None:
         name = candidate.name
@@ -369,6 +369,16 @@ def _failed_detection(plugin: str, exc: BaseException, timeout: float) -> Detect
         return guard.plugin_detection_failure(plugin, "timeout", str(exc), timeout)
     kind = "exit" if isinstance(exc, SystemExit) else "raised"
     return guard.plugin_detection_failure(plugin, kind, guard.describe(exc))
+
+
+def load_entry_point(ep: EntryPoint) -> Any:
+    """``ep.load()``; a malformed value is a ``ValueError`` naming the entry point and what is wrong with it."""
+    if ep.pattern.match(ep.value) is None:  # EntryPoint.load would fail with "'NoneType' object has no attribute 'group'"
+        raise ValueError(
+            f"malformed entry point {ep.name} = {ep.value!r} in group '{ep.group}': the value must be 'module' or "
+            "'module:attribute' (dotted Python names)"
+        )
+    return ep.load()
 
 
 def _identity(value: object) -> object:

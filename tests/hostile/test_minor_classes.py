@@ -55,3 +55,18 @@ def test_a_checkpoint_with_keys_the_module_lacks_is_refused_unless_strict_is_off
     torch.nn.Sequential(torch.nn.Linear(3, 3)).load_state_dict(saved.state_dict(), strict=False)  # torch's rule, same keys
     with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "1.weight", "1.bias"'):
         torch.nn.Sequential(torch.nn.Linear(3, 3)).load_state_dict(saved.state_dict())
+
+
+@pytest.mark.parametrize("value", ["not a module!", ":attribute", "pkg:"])
+def test_a_malformed_entry_point_is_named_with_what_is_wrong(value: str, tmp_path) -> None:
+    info = tmp_path / "site" / "anydevice_badentry-1.0.dist-info"  # an installed distribution, as pip leaves it
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: anydevice-badentry\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[anydevice]\nbadentry = {value}\n")
+    proc = anydevice_cli("list", env={"ANYDEVICE_CACHE_DIR": str(tmp_path / "cache")}, pythonpath=tmp_path / "site")
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("badentry"))
+    assert "NoneType" not in proc.stdout
+    assert line.split(None, 3)[3] == (
+        f"plugin failed at import: ValueError: malformed entry point badentry = {value!r} in group 'anydevice': "
+        "the value must be 'module' or 'module:attribute' (dotted Python names)"
+    )
