@@ -3,6 +3,9 @@ sequence, a traceback or a silent load."""
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -69,4 +72,39 @@ def test_a_malformed_entry_point_is_named_with_what_is_wrong(value: str, tmp_pat
     assert line.split(None, 3)[3] == (
         f"plugin failed at import: ValueError: malformed entry point badentry = {value!r} in group 'anydevice': "
         "the value must be 'module' or 'module:attribute' (dotted Python names)"
+    )
+
+
+def deflated_copy(source: Path, target: Path, extra_zeros: int = 0) -> None:
+    """``source`` (a torch.save archive) rewritten with every member deflated, plus a member of ``extra_zeros`` zero bytes."""
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as dst:
+        prefix = src.namelist()[0].split("/")[0]
+        for name in src.namelist():
+            dst.writestr(name, src.read(name))
+        if extra_zeros:
+            padding = zipfile.ZipInfo(f"{prefix}/padding")
+            padding.compress_type = zipfile.ZIP_DEFLATED
+            with dst.open(padding, "w", force_zip64=True) as member:
+                block = bytes(1 << 20)
+                for _ in range(extra_zeros >> 20):
+                    member.write(block)
+
+
+def test_the_crc_check_refuses_a_small_file_claiming_a_huge_compressed_member(tmp_path: Path) -> None:
+    ad.use("cpu")
+    plain = tmp_path / "plain.pt"
+    ad.save({"w": torch.arange(10.0)}, plain)
+    deflated = tmp_path / "deflated.pt"  # another tool's archive: torch.load reads compressed members too
+    deflated_copy(plain, deflated)
+    assert torch.equal(ad.load(deflated)["w"], torch.arange(10.0))
+    bomb = tmp_path / "bomb.pt"
+    deflated_copy(plain, bomb, extra_zeros=1 << 30)
+    assert bomb.stat().st_size < 2 << 20 and torch.equal(torch.load(bomb)["w"], torch.arange(10.0))
+    with pytest.raises(CheckpointError) as info:
+        ad.load(bomb)
+    with zipfile.ZipFile(bomb) as archive:
+        padding = next(member for member in archive.infolist() if member.filename.endswith("/padding"))
+    assert str(info.value).splitlines()[0] == (
+        f"Checkpoint {bomb} was refused: its compressed member {padding.filename} would inflate to {1 << 30} bytes "
+        f"from {padding.compress_size} ({bomb.stat().st_size} bytes in the whole file)."
     )
