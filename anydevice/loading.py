@@ -130,8 +130,7 @@ def _classify(path: Path, exc: Exception) -> Exception:
     refused = refused_global(exc)
     if refused:
         return CheckpointError(
-            f"Checkpoint {path} was refused: it needs {refused}, which a safe (weights-only) load "
-            "does not import.",
+            f"Checkpoint {path} was refused: it needs {refused}, which a safe (weights-only) load does not import.",
             "If you saved objects of your own types, register them with torch.serialization.add_safe_globals; "
             "never load a file you do not trust.",
         )

@@ -62,3 +62,15 @@ def noisy_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def badload_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """anydevice-badload: available devices whose load exits, hangs or returns None; hooks that exit."""
     return install(["anydevice_badload"], tmp_path_factory, "badload-site")
+
+
+@pytest.fixture(scope="session")
+def tenslow_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """anydevice-tenslow: ten plugins, each taking 1 s to import (far under the deadline)."""
+    return install(["anydevice_tenslow"], tmp_path_factory, "tenslow-site")
+
+
+@pytest.fixture(scope="session")
+def reentrant_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """anydevice-reentrant: a registration hook that calls back into the registry; a probe hook that hangs."""
+    return install(["anydevice_reentrant"], tmp_path_factory, "reentrant-site")
