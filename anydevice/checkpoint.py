@@ -83,9 +83,10 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
         job.publish()
 
     def failed(exc: BaseException) -> CheckpointError:
+        reason = _first_line(exc, tmp)  # before abandoning: the space the failed write filled is still taken
         if job is not None:
             job.abandon()
-        return CheckpointError(f"Saving checkpoint {target} failed: {_first_line(exc)}")
+        return CheckpointError(f"Saving checkpoint {target} failed: {reason}")
 
     if not async_save:
         try:
@@ -327,21 +328,42 @@ def _quiet_dcp_noise() -> None:
     warnings.filterwarnings("ignore", message="TypedStorage is deprecated", module=r"torch\.distributed\.checkpoint")
 
 
-def _first_line(exc: BaseException) -> str:
-    """One line saying why: for DCP's ``CheckpointException``, the first failing rank's own error."""
+def _first_line(exc: BaseException, written: Path | None = None) -> str:
+    """One line saying why: for DCP's ``CheckpointException``, the first failing rank's own error.
+
+    ``written``: the directory the save wrote into, checked for free space when torch's writer
+    failed without the ``OSError`` that says why (it is lost when DCP gathers a rank's error).
+    """
     failures = getattr(exc, "failures", None)
     if isinstance(failures, dict) and failures:
         rank, (error, _) = sorted(failures.items(), key=lambda item: item[0])[0]
         where = f" (rank {rank})" if len(failures) > 1 or rank != 0 else ""
-        kind = "" if _os_error_in(error) is not None else f"{type(error).__name__}: "
-        return f"{kind}{_first_line(error)}{where}"
+        line = _first_line(error, written)
+        kind = "" if _os_error_in(error) is not None or line == _NO_SPACE else f"{type(error).__name__}: "
+        return f"{kind}{line}{where}"
     cause = _os_error_in(exc)
     if cause is not None:  # torch reports a failed write as "enforce fail ... unexpected pos"; the OSError says why
         from anydevice.safe_place import os_cause
 
         return os_cause(cause)
     text = str(exc).strip()
+    if "inline_container" in text and written is not None and _nearly_full(written):
+        return _NO_SPACE
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+_NO_SPACE = "no space left on the device"
+
+
+def _nearly_full(directory: Path) -> bool:
+    """True when the filesystem holding ``directory`` has less than 1 MiB left for this user."""
+    import os
+
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return False
+    return found.f_bavail * found.f_frsize < 1 << 20
 
 
 def _os_error_in(exc: BaseException) -> OSError | None:
