@@ -23,7 +23,7 @@ import io
 import pathlib
 import pickle
 from functools import cache
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import torch
 from torch.distributed.checkpoint import filesystem, metadata
@@ -107,7 +107,7 @@ class SafeReader(FileSystemReader):
         path = self._get_metadata_path(kwargs.get("rank"))
         try:
             with self.fs.create_stream(path, "rb") as handle:
-                result = read_metadata_file(handle, str(path))
+                result = read_metadata_file(cast("IO[bytes]", handle), str(path))
         except CheckpointError as exc:
             self.refusal = exc
             raise
