@@ -56,7 +56,7 @@ def test_a_metadata_hiding_code_inside_real_metadata_is_refused(tmp_path):
     directory, _ = saved(tmp_path)
     marker = tmp_path / "ran"
     with open(directory / METADATA, "rb") as handle:
-        real = pickle.load(handle)  # noqa: S301 - the file this test just wrote
+        real = pickle.load(handle)  # the file this test just wrote
     real.planner_data = {"step": Planted(marker)}
     (directory / METADATA).write_bytes(pickle.dumps(real))
     with pytest.raises(CheckpointError, match=r"it names io\.open"):

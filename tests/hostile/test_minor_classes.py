@@ -3,10 +3,7 @@ sequence, a traceback or a silent load."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ import torch
 import anydevice as ad
 from anydevice.errors import CheckpointError
 from tests.distributed.helpers import anydevice_run
+from tests.hostile import test_checkpoints
 from tests.utils import anydevice_cli
 
 
@@ -114,6 +112,8 @@ def test_the_crc_check_refuses_a_small_file_claiming_a_huge_compressed_member(tm
     )
 
 
+tiny_disk = test_checkpoints.tiny_disk  # the fixture: a 256 KiB tmpfs (needs root)
+
 FULL_DISK_SAVE = """
 import sys, torch, torch.distributed as dist, anydevice as ad
 dist.init_process_group("gloo")
@@ -124,25 +124,12 @@ except Exception as exc:
 """
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 512 KiB tmpfs: real ENOSPC from the kernel."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)]).returncode:
-        pytest.skip("needs root to mount a tmpfs")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
-
-
-def test_a_full_disk_under_two_ranks_says_no_space_not_torchs_enforce_fail(small_disk: Path, tmp_path: Path) -> None:
+def test_a_full_disk_under_two_ranks_says_no_space_not_torchs_enforce_fail(tiny_disk: Path, tmp_path: Path) -> None:
     script = tmp_path / "save.py"
     script.write_text(FULL_DISK_SAVE)
-    result = anydevice_run("-n", "2", script, small_disk / "c", timeout=300)
+    result = anydevice_run("-n", "2", script, tiny_disk / "c", timeout=300)
     lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
     assert len(lines) == 2, result.stdout + result.stderr
-    assert lines[0] == f"rank 0: CheckpointError: Saving checkpoint {small_disk / 'c'} failed: no space left on the device"
-    assert all(f"Saving checkpoint {small_disk / 'c'} failed: " in line for line in lines)
-    assert "enforce fail" not in lines[0] and not (small_disk / "c").exists()
+    assert lines[0] == f"rank 0: CheckpointError: Saving checkpoint {tiny_disk / 'c'} failed: no space left on the device"
+    assert all(f"Saving checkpoint {tiny_disk / 'c'} failed: " in line for line in lines)
+    assert "enforce fail" not in lines[0] and not (tiny_disk / "c").exists()
