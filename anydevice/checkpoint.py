@@ -219,11 +219,7 @@ def _check_unexpected(path: Path, parts: _Parts, state_dict: dict[str, Any], sto
     """Raise when the checkpoint holds entries under a module's key that the module does not have (strict loading)."""
     for key in parts.modules:
         wanted = {f"{key}.{name}" for name in state_dict[key]}
-        extra = sorted(
-            fqn[len(key) + 1 :]
-            for fqn in stored
-            if fqn.startswith(f"{key}.") and fqn not in wanted and not any(fqn.startswith(f"{w}.") for w in wanted)
-        )
+        extra = sorted(fqn[len(key) + 1 :] for fqn in stored if fqn.startswith(f"{key}.") and not _within(fqn, wanted))
         if extra:
             shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
             raise CheckpointError(
@@ -231,6 +227,12 @@ def _check_unexpected(path: Path, parts: _Parts, state_dict: dict[str, Any], sto
                 "Load it into the model it was saved from, or pass strict=False to ignore them "
                 "(as Module.load_state_dict(strict=False) does).",
             )
+
+
+def _within(fqn: str, wanted: set[str]) -> bool:
+    """True when ``fqn`` is one of ``wanted`` or inside one (a nested value DCP flattened, ``a.b`` under ``a``)."""
+    parts = fqn.split(".")
+    return any(".".join(parts[:end]) in wanted for end in range(len(parts), 1, -1))
 
 
 def _apply(parts: _Parts, state_dict: dict[str, Any]) -> None:
