@@ -43,9 +43,9 @@ def allowed_classes() -> dict[tuple[str, str], Any]:
     allowed: dict[tuple[str, str], Any] = {}
     for module in (metadata, filesystem):
         for name, value in vars(module).items():
-            if isinstance(value, type) and value.__module__ == module.__name__:
-                if dataclasses.is_dataclass(value) or issubclass(value, enum.Enum):
-                    allowed[(module.__name__, name)] = value
+            ours = isinstance(value, type) and value.__module__ == module.__name__
+            if ours and (dataclasses.is_dataclass(value) or issubclass(value, enum.Enum)):
+                allowed[(module.__name__, name)] = value
     allowed[("torch", "Size")] = torch.Size
     for name, value in vars(torch).items():
         if isinstance(value, (torch.dtype, torch.layout)):
