@@ -83,9 +83,10 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
         job.publish()
 
     def failed(exc: BaseException) -> CheckpointError:
+        reason = _first_line(exc, tmp)  # before abandoning: the space the failed write filled is still taken
         if job is not None:
             job.abandon()
-        return CheckpointError(f"Saving checkpoint {target} failed: {_first_line(exc)}")
+        return CheckpointError(f"Saving checkpoint {target} failed: {reason}")
 
     if not async_save:
         try:
@@ -117,11 +118,15 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
     return done
 
 
-def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
+def load(state: Mapping[str, Any], directory: str | Path, *, strict: bool = True) -> dict[str, Any]:
     """Fill ``state``'s modules and optimizers in place from ``directory``; return ``state`` with its plain values loaded.
 
     Every key of ``state`` must be in the checkpoint (the checkpoint may hold more). Works with
-    any number of ranks, and in a single process without a process group.
+    any number of ranks, and in a single process without a process group. Unlike DCP's own load,
+    it runs no code from the checkpoint: ``.metadata`` may name only DCP's metadata classes and
+    plain values are read weights-only (:mod:`anydevice.dcp_reading`); anything else is refused.
+    ``strict`` as in ``Module.load_state_dict``: a module's entries in the checkpoint that the
+    module lacks (unexpected keys) are an error naming them; ``strict=False`` ignores them.
     """
     from torch.distributed.checkpoint import state_dict_loader as dcp
     from torch.distributed.checkpoint.api import CheckpointException
@@ -141,12 +146,21 @@ def load(state: Mapping[str, Any], directory: str | Path) -> dict[str, Any]:
             f"{path} is not a complete checkpoint (it has no {METADATA}).",
             "It was not written by ad.checkpoint.save, or was damaged; load another checkpoint.",
         )
+    from anydevice.dcp_reading import SafePlanner, SafeReader
+
     _quiet_dcp_noise()
     parts = _Parts(state)
     state_dict = _state_dict(parts)
+    reader, planner = SafeReader(path), SafePlanner()
+    found = reader.read_metadata()  # a refused .metadata raises here, before DCP catches and rewords the error
+    if strict:
+        _check_unexpected(path, parts, state_dict, found.state_dict_metadata)
     try:
-        dcp.load(state_dict, checkpoint_id=path, no_dist=group_rank() is None)
+        dcp.load(state_dict, checkpoint_id=path, storage_reader=reader, planner=planner, no_dist=group_rank() is None)
     except (Exception, CheckpointException) as exc:
+        refusal = reader.refusal or planner.refusal
+        if refusal is not None:
+            raise refusal from None
         raise CheckpointError(f"Checkpoint {path} could not be loaded: {_first_line(exc)}") from exc
     _apply(parts, state_dict)
     return {key: state_dict[key] if key in parts.plain else value for key, value in state.items()}
@@ -199,6 +213,26 @@ def _state_dict(parts: _Parts) -> dict[str, Any]:
         state_dict[key] = get_optimizer_state_dict(parts.modules[owner], optimizer)
     state_dict.update(parts.plain)
     return state_dict
+
+
+def _check_unexpected(path: Path, parts: _Parts, state_dict: dict[str, Any], stored: Mapping[str, Any]) -> None:
+    """Raise when the checkpoint holds entries under a module's key that the module does not have (strict loading)."""
+    for key in parts.modules:
+        wanted = {f"{key}.{name}" for name in state_dict[key]}
+        extra = sorted(fqn[len(key) + 1 :] for fqn in stored if fqn.startswith(f"{key}.") and not _within(fqn, wanted))
+        if extra:
+            shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+            raise CheckpointError(
+                f"Checkpoint {path} holds entries for '{key}' that the module does not have (unexpected keys: {shown}).",
+                "Load it into the model it was saved from, or pass strict=False to ignore them "
+                "(as Module.load_state_dict(strict=False) does).",
+            )
+
+
+def _within(fqn: str, wanted: set[str]) -> bool:
+    """True when ``fqn`` is one of ``wanted`` or inside one (a nested value DCP flattened, ``a.b`` under ``a``)."""
+    parts = fqn.split(".")
+    return any(".".join(parts[:end]) in wanted for end in range(len(parts), 1, -1))
 
 
 def _apply(parts: _Parts, state_dict: dict[str, Any]) -> None:
@@ -296,21 +330,42 @@ def _quiet_dcp_noise() -> None:
     warnings.filterwarnings("ignore", message="TypedStorage is deprecated", module=r"torch\.distributed\.checkpoint")
 
 
-def _first_line(exc: BaseException) -> str:
-    """One line saying why: for DCP's ``CheckpointException``, the first failing rank's own error."""
+def _first_line(exc: BaseException, written: Path | None = None) -> str:
+    """One line saying why: for DCP's ``CheckpointException``, the first failing rank's own error.
+
+    ``written``: the directory the save wrote into, checked for free space when torch's writer
+    failed without the ``OSError`` that says why (it is lost when DCP gathers a rank's error).
+    """
     failures = getattr(exc, "failures", None)
     if isinstance(failures, dict) and failures:
         rank, (error, _) = sorted(failures.items(), key=lambda item: item[0])[0]
         where = f" (rank {rank})" if len(failures) > 1 or rank != 0 else ""
-        kind = "" if _os_error_in(error) is not None else f"{type(error).__name__}: "
-        return f"{kind}{_first_line(error)}{where}"
+        line = _first_line(error, written)
+        kind = "" if _os_error_in(error) is not None or line == _NO_SPACE else f"{type(error).__name__}: "
+        return f"{kind}{line}{where}"
     cause = _os_error_in(exc)
     if cause is not None:  # torch reports a failed write as "enforce fail ... unexpected pos"; the OSError says why
         from anydevice.safe_place import os_cause
 
         return os_cause(cause)
     text = str(exc).strip()
+    if "inline_container" in text and written is not None and _nearly_full(written):
+        return _NO_SPACE
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+_NO_SPACE = "no space left on the device"
+
+
+def _nearly_full(directory: Path) -> bool:
+    """True when the filesystem holding ``directory`` has less than 1 MiB left for this user."""
+    import os
+
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return False
+    return found.f_bavail * found.f_frsize < 1 << 20
 
 
 def _os_error_in(exc: BaseException) -> OSError | None:

@@ -1,14 +1,15 @@
-"""Third-party plugins' import, registration and detection, tried first in one child process.
+"""Third-party plugins' import, registration and detection, tried first in child processes.
 
 In-process guarding (:mod:`anydevice.guard`) cannot stop C code that holds the GIL, a native
 crash (SIGSEGV, ``abort``) or ``os._exit``. So before the registry imports a third-party plugin,
 :func:`vet` runs every third-party plugin's import and registration hook (each a step under the
-deadline) and then every device's detection (concurrently, within one deadline) in one child
-process (``python -m anydevice.isolation``). The child reports each step as a JSON line; when
-it hangs or dies, the step in progress is charged to its plugin and a fresh child carries on with
-the steps left. The
-registry then imports only the plugins the child imported cleanly, and takes their detections
-from the child (the parent never runs third-party detection). Where no child can be started at
+deadline) and then every device's detection (concurrently, within one deadline) in a child
+process (``python -m anydevice.isolation``); up to :data:`MAX_CHILDREN` children run at once,
+each plugin in one of them, so ten slow plugins cost about one plugin's time, not their sum.
+The child reports each step as a JSON line; when it hangs or dies, the step in progress is
+charged to its plugin and a fresh child carries on with the steps left. The registry then imports
+(all at once, each under its deadline) only the plugins a child imported cleanly, and takes their
+detections from the child (the parent never runs third-party detection). Where no child can be started at
 all, the registry falls back to its in-process guard (threads under the deadline).
 
 The outcome is cached under ``ANYDEVICE_CACHE_DIR/plugins/``, keyed by the plugins'
@@ -52,6 +53,8 @@ MAX_CACHE_FILE: Final = 4 << 20
 _DETECTION_FIELDS: Final = frozenset({"available", "reason", "fix", "problem", "count", "chip", "details"})
 STARTUP_BUDGET: Final = 120.0
 """Seconds the child may take to start Python and import anydevice (not a plugin's fault, so not its deadline)."""
+MAX_CHILDREN: Final = 16
+"""Plugin check processes run at once; plugins beyond that share them (one child runs its plugins in turn)."""
 KEY_VARIABLES: Final = ("ANYDEVICE_PLUGINS", "TORCH_DEVICE_BACKEND_AUTOLOAD", "PATH", "LD_LIBRARY_PATH")
 """Variables in the cache key besides those the devices declare (``DeviceSpec.environment``)."""
 
@@ -88,21 +91,55 @@ def vet(plugins: list[Plugin], deadline: float, steering: Iterable[str] = ()) ->
     if cached is not None:
         return cached
     outcomes: dict[str, Outcome] = {p.name: Outcome() for p in plugins}
+    if not _vet_concurrently(plugins, deadline, outcomes):
+        return {}  # no child process can be started (embedded Python, no fork): guard in-process only
+    _write_cache(key, outcomes)
+    return outcomes
+
+
+def _vet_concurrently(plugins: list[Plugin], deadline: float, outcomes: dict[str, Outcome]) -> bool:
+    """Vet ``plugins`` in up to :data:`MAX_CHILDREN` groups at once, each its own children; False when no child starts.
+
+    Each plugin keeps its own deadline for each step and its own report: a group is what one child
+    (and, after a hang or a crash, the next) runs, so ten slow plugins cost about one plugin's time.
+    """
+    count = min(len(plugins), MAX_CHILDREN)
+    groups = [plugins[i::count] for i in range(count)]
+    started: list[bool] = []
+    errors: list[BaseException] = []
+
+    def run(group: list[Plugin]) -> None:
+        try:
+            started.append(_vet_group(group, deadline, {p.name: outcomes[p.name] for p in group}))
+        except BaseException as exc:  # raised again in the calling thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(group,), name="anydevice-vet", daemon=True) for group in groups[1:]]
+    for thread in threads:
+        thread.start()
+    run(groups[0])
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return all(started)
+
+
+def _vet_group(plugins: list[Plugin], deadline: float, outcomes: dict[str, Outcome]) -> bool:
+    """One group's children, one after the other until every plugin of the group is done; False when none starts."""
     finished: set[str] = set()
     sequential = False
     while True:
         todo = [p for p in plugins if p.name not in finished]
         if not todo:
-            break
+            return True
         before = _progress(outcomes, finished)
         try:
             ended, sequential = _run_child(todo, deadline, outcomes, finished, sequential)
-        except OSError:  # no child process can be started (embedded Python, no fork): guard in-process only
-            return {}
+        except OSError:
+            return False
         if ended is not None and _progress(outcomes, finished) == before:  # died between steps, twice the same way
             _charge_all(todo, outcomes, finished, "import", f"the plugin check process {ended} between steps")
-    _write_cache(key, outcomes)
-    return outcomes
 
 
 # -- the parent side ------------------------------------------------------------------------------
@@ -510,10 +547,11 @@ def _import_and_register(name: str, value: str, emit: Any) -> list[Any]:
     from anydevice import hookspecs
     from anydevice.device_spec import DeviceSpec, is_valid_name
     from anydevice.guard import describe
+    from anydevice.registry import ENTRY_POINT_GROUP, load_entry_point
 
     emit(e="start", plugin=name, stage="import")
     try:
-        module = metadata.EntryPoint(name=name, value=value, group="anydevice").load()
+        module = load_entry_point(metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP))
     except BaseException as exc:
         emit(e="failed", plugin=name, stage="import", error=describe(exc))
         return []

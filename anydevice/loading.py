@@ -15,6 +15,7 @@ import re
 import stat
 import warnings
 import zipfile
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +70,7 @@ def verify_archive(path: Path) -> None:
             return
     try:
         with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
+            bad = _first_bad_member(path, archive, st.st_size)
     except zipfile.BadZipFile as exc:
         cut = "not a zip file" in str(exc)  # no end-of-archive record: the tail is missing
         reason = "truncated: the end of the archive is missing" if cut else f"corrupt: {exc}"
@@ -83,15 +84,53 @@ def verify_archive(path: Path) -> None:
 
 
 _AGAIN = "Load an older checkpoint, or save it again."
+_INFLATE_FLOOR = 64 << 20
+_INFLATE_RATIO = 4
+
+
+def _first_bad_member(path: Path, archive: zipfile.ZipFile, size: int) -> str | None:
+    """The first member whose CRC-32 fails, reading each at most to its declared size; None when all pass.
+
+    ``torch.save`` stores members uncompressed, so reading them costs what the file holds. A
+    compressed member (another tool's archive) is inflated only within a budget (4 times the file
+    size, at least 64 MiB, for all of them together), checked against the sizes the archive declares
+    before anything is inflated: a small file claiming a huge member is refused, not read.
+    """
+    budget = max(_INFLATE_FLOOR, _INFLATE_RATIO * size)
+    for info in archive.infolist():
+        if info.compress_type == zipfile.ZIP_STORED:
+            if info.file_size != info.compress_size:
+                return info.filename
+        else:
+            budget -= info.file_size
+            if budget < 0:
+                raise CheckpointError(
+                    f"Checkpoint {path} was refused: its compressed member {info.filename} would inflate to "
+                    f"{info.file_size} bytes from {info.compress_size} ({size} bytes in the whole file).",
+                    "torch.save never compresses members; load only files written by torch.save or ad.save, "
+                    "or re-save this one with them.",
+                )
+        try:
+            with archive.open(info) as member:
+                while member.read(1 << 20):  # zipfile checks the CRC-32 at the end and stops at the declared size
+                    pass
+        except (zipfile.BadZipFile, zlib.error):
+            return info.filename
+    return None
+
+
+def refused_global(exc: BaseException) -> str | None:
+    """The global a weights-only ``torch.load`` refused, as ``module.name``, when that is why ``exc`` was raised."""
+    refused = _GLOBAL.search(str(exc))
+    return refused[1].rstrip(".") if isinstance(exc, pickle.UnpicklingError) and refused else None
 
 
 def _classify(path: Path, exc: Exception) -> Exception:
     text = str(exc)
-    refused = _GLOBAL.search(text)
-    if isinstance(exc, pickle.UnpicklingError) and refused:
+    refused = refused_global(exc)
+    if refused:
         return CheckpointError(
-            f"Checkpoint {path} was refused: it needs {refused[1].rstrip('.')}, which a safe (weights-only) load "
-            "does not import.",
+            f"Checkpoint {path} was refused: it needs {refused}, which a safe (weights-only) load does not import.",
             "If you saved objects of your own types, register them with torch.serialization.add_safe_globals; "
             "never load a file you do not trust.",
         )

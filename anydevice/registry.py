@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
@@ -105,6 +105,7 @@ class Registry:
         """
         self._explicit = list(plugins) if plugins is not None else None
         self._lock = threading.Lock()
+        self._loading_threads: set[int] = set()  # the loading thread and the threads running plugin code for it
         self._loaded = False
         self._detections: dict[str, Detection] = {}
         self.timeout = timeout
@@ -122,31 +123,46 @@ class Registry:
         Raises :class:`~anydevice.errors.SelectionError` (and loads nothing) when
         ``ANYDEVICE_PLUGINS`` names a plugin that is not installed, or a setting is malformed.
         """
+        if threading.get_ident() in self._loading_threads:
+            raise RegistryReentryError(
+                "called back into the registry while it was loading plugins (from a plugin's import or registration "
+                "hook), which can never finish; read the registry from detect() or load() instead"
+            )
         with self._lock:
             if self._loaded:
                 return self
-            settings.validate()
-            if self.timeout is None:
-                self.timeout = settings.detect_timeout()
-            candidates = list(self._candidates())
-            self._loaded = True
-            for candidate in candidates:
-                if candidate.builtin:
-                    self._trusted.add(candidate.name)
-                    self._register_plugin(candidate)
-            others = [c for c in candidates if not c.builtin]
-            vetted = self._vet(others)
-            for candidate in others:
-                outcome = vetted.get(candidate.name)
-                if outcome is not None and outcome.failure is not None:
-                    self._fail(candidate.name, *outcome.failure)
-                    continue
-                self._register_plugin(candidate)
-                if outcome is not None:
-                    for name, entry in self.devices.items():
-                        if entry.plugin == candidate.name and name in outcome.detections:
-                            self._detections[name] = self._checked(entry, outcome.detections[name])
+            self._loading_threads.add(threading.get_ident())
+            try:
+                self._load_plugins()
+            finally:
+                self._loading_threads.discard(threading.get_ident())
         return self
+
+    def _load_plugins(self) -> None:
+        """:meth:`load`'s work, under its lock."""
+        settings.validate()
+        if self.timeout is None:
+            self.timeout = settings.detect_timeout()
+        candidates = list(self._candidates())
+        self._loaded = True
+        for candidate in candidates:
+            if candidate.builtin:
+                self._trusted.add(candidate.name)
+                self._register_plugin(candidate)
+        others = [c for c in candidates if not c.builtin]
+        vetted = self._vet(others)
+        failed = {name for name, outcome in vetted.items() if outcome.failure is not None}
+        imports = self._start_imports([c for c in others if c.name not in failed])
+        for candidate in others:
+            outcome = vetted.get(candidate.name)
+            if outcome is not None and outcome.failure is not None:
+                self._fail(candidate.name, *outcome.failure)
+                continue
+            self._register_plugin(candidate, imports[candidate.name])
+            if outcome is not None:
+                for name, entry in self.devices.items():
+                    if entry.plugin == candidate.name and name in outcome.detections:
+                        self._detections[name] = self._checked(entry, outcome.detections[name])
 
     def _vet(self, candidates: list[_Candidate]) -> dict[str, isolation.Outcome]:
         """Third-party entry points tried in a child process first (:mod:`anydevice.isolation`)."""
@@ -168,6 +184,35 @@ class Registry:
         Raises :class:`~anydevice.guard.PluginCallError` naming the plugin and the stage.
         """
         return guard.call(fn, None if self.trusted(plugin) else self.deadline, plugin, stage)
+
+    def _call_while_loading(self, plugin: str, stage: str, fn: Callable[[], T]) -> T:
+        """:meth:`call` for plugin code run during :meth:`load`: a call back into the registry from it is an error."""
+        return self.call(plugin, stage, self._marked(fn))
+
+    def _marked(self, fn: Callable[[], T]) -> Callable[[], T]:
+        """``fn``, run with its thread marked as loading plugins (see :class:`RegistryReentryError`)."""
+
+        def marked() -> T:
+            me = threading.get_ident()
+            self._loading_threads.add(me)
+            try:
+                return fn()
+            finally:
+                self._loading_threads.discard(me)
+
+        return marked
+
+    def _start_imports(self, candidates: list[_Candidate]) -> dict[str, Callable[[], object]]:
+        """Start every third-party import at once (each in its thread, each under its own deadline).
+
+        Returns, per plugin, a call that waits for its import: the module, or :class:`~anydevice.guard.PluginCallError`.
+        """
+        deadline = self.deadline
+        started: dict[str, Callable[[], object]] = {}
+        for candidate in candidates:
+            pending = guard.Guarded(self._marked(candidate.load), f"import-{candidate.name}")
+            started[candidate.name] = functools.partial(_imported, candidate.name, pending, time.monotonic() + deadline, deadline)
+        return started
 
     def _fail(self, plugin: str, stage: str, error: str) -> None:
         self.failures.append(PluginFailure(clean(plugin, 100), stage, clean(error)))
@@ -204,12 +249,18 @@ class Registry:
                 if other is not winner:
                     self._fail(name, "clash", _entry_point_clash(other, winner))
             dist = getattr(winner, "dist", None)
-            yield _Candidate(name, winner.load, _distribution(winner), winner.value, dist.version if dist is not None else None)
+            yield _Candidate(
+                name,
+                functools.partial(load_entry_point, winner),
+                _distribution(winner),
+                winner.value,
+                dist.version if dist is not None else None,
+            )
 
-    def _register_plugin(self, candidate: _Candidate) -> None:
+    def _register_plugin(self, candidate: _Candidate, imported: Callable[[], object] | None = None) -> None:
         name = candidate.name
         try:
-            module = self.call(name, "import", candidate.load)
+            module = imported() if imported is not None else self._call_while_loading(name, "import", candidate.load)
         except guard.PluginCallError as exc:  # a broken plugin must not break the others, even by exiting
             self._fail(name, "import", exc.error)
             return
@@ -227,7 +278,7 @@ class Registry:
             declared: list[object] = []
             try:
                 wants = {"registry": self} if "registry" in impl.argnames else {}  # hookspecs: optional argument
-                self.call(name, "register", functools.partial(impl.function, register=declared.append, **wants))
+                self._call_while_loading(name, "register", functools.partial(impl.function, register=declared.append, **wants))
             except guard.PluginCallError as exc:
                 self._fail(name, "register", exc.error)
                 continue
@@ -364,11 +415,37 @@ class Registry:
                 self._fail(impl.plugin_name, f"hook {hook}", exc.error)
 
 
+def _imported(plugin: str, pending: guard.Guarded[object], deadline: float, seconds: float) -> object:
+    """The module of an import started by :meth:`Registry._start_imports`; its failure as a ``PluginCallError``."""
+    try:
+        return pending.result(guard.remaining(deadline))
+    except KeyboardInterrupt:
+        raise
+    except guard.DeadlineExceeded:
+        raise guard.PluginCallError(plugin, "import", guard.DeadlineExceeded(seconds)) from None
+    except BaseException as exc:  # a plugin must not end the process, even by exiting
+        raise guard.PluginCallError(plugin, "import", exc) from exc
+
+
 def _failed_detection(plugin: str, exc: BaseException, timeout: float) -> Detection:
     if isinstance(exc, guard.DeadlineExceeded):
         return guard.plugin_detection_failure(plugin, "timeout", str(exc), timeout)
     kind = "exit" if isinstance(exc, SystemExit) else "raised"
     return guard.plugin_detection_failure(plugin, kind, guard.describe(exc))
+
+
+class RegistryReentryError(RuntimeError):
+    """Plugin code run while the registry loads called back into the registry (it would wait for itself forever)."""
+
+
+def load_entry_point(ep: EntryPoint) -> Any:
+    """``ep.load()``; a malformed value is a ``ValueError`` naming the entry point and what is wrong with it."""
+    if ep.pattern.match(ep.value) is None:  # EntryPoint.load would fail with "'NoneType' object has no attribute 'group'"
+        raise ValueError(
+            f"malformed entry point {ep.name} = {ep.value!r} in group '{ep.group}': the value must be 'module' or "
+            "'module:attribute' (dotted Python names)"
+        )
+    return ep.load()
 
 
 def _identity(value: object) -> object:

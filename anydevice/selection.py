@@ -27,6 +27,7 @@ from anydevice.errors import (
     VersionMismatchError,
 )
 from anydevice.registry import Registry
+from anydevice.untrusted import clean
 
 AUTO = "auto"
 _INDEX = re.compile(r"[0-9]+", flags=re.ASCII)  # str.isdigit() also takes '²' and '١' (Arabic-Indic one)
@@ -76,6 +77,7 @@ def parse(text: str) -> Request:
             "Pass the device name as a string, e.g. ad.use('cpu').",
         )
     raw = text.strip().lower()
+    shown = clean(text)  # echoed in errors: a raw escape sequence from the environment must not reach the terminal
     if not raw:
         raise SelectionError(
             "The device selection is empty.", "Set ANYDEVICE to a device name, a list such as 'tpu,cuda,cpu', or 'auto'."
@@ -87,19 +89,19 @@ def parse(text: str) -> Request:
         part = part.strip()
         if not part:
             raise SelectionError(
-                f"Malformed device list '{text}': it has an empty entry.",
+                f"Malformed device list '{shown}': it has an empty entry.",
                 "Separate device names with single commas, e.g. ANYDEVICE=tpu,cuda,cpu.",
             )
         if part == AUTO:
             raise SelectionError(
-                f"Malformed device list '{text}': 'auto' cannot be combined with other entries.",
+                f"Malformed device list '{shown}': 'auto' cannot be combined with other entries.",
                 "Use ANYDEVICE=auto alone, or list the devices in order of preference.",
             )
         name, sep, index_text = part.partition(":")
         name = name.strip()
         if not is_valid_name(name):
             raise SelectionError(
-                f"Malformed device name '{name}' in '{text}'.",
+                f"Malformed device name '{clean(name)}' in '{shown}'.",
                 "Device names are lower-case letters, digits, '-' or '_', e.g. cuda or cuda:1.",
             )
         index: int | None = None
@@ -107,7 +109,7 @@ def parse(text: str) -> Request:
             index_text = index_text.strip()
             if not _INDEX.fullmatch(index_text):
                 raise SelectionError(
-                    f"Bad device index {index_text!r} in '{part}': the index must be a non-negative integer "
+                    f"Bad device index {index_text!r} in '{clean(part)}': the index must be a non-negative integer "
                     "written with the ASCII digits 0-9.",
                     f"Write it as {name}:0, {name}:1, ...",
                 )

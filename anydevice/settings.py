@@ -209,7 +209,15 @@ def cache_root() -> Path:
     if not root:
         return Path.home() / ".cache" / "anydevice"
     name = ANYDEVICE_CACHE_DIR.name
-    path = Path(root).expanduser()
+    try:
+        path = Path(root).expanduser()
+    except RuntimeError:  # ~user with no such user (or ~ with no home directory)
+        user = root[1:].split("/", 1)[0]
+        raise _error(
+            f"{name}={root!r} starts with ~{user}, but "
+            + (f"there is no user {user!r}." if user else "there is no home directory."),
+            f"Set {name} to an absolute path such as {Path('/var/cache/anydevice')}, or unset it for ~/.cache/anydevice.",
+        ) from None
     if not path.is_absolute():
         raise _error(
             f"{name}={root!r} is not an absolute path: every process (and rank) would resolve it from its own directory.",

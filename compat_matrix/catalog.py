@@ -55,7 +55,10 @@ def plugin_probes(problems: list[str]) -> list[Probe]:
 
     before = len(registry.failures)
     registry.call_hook("anydevice_register_probes", register)
-    problems.extend(f"plugin {f.plugin}: {f.error}" for f in registry.failures[before:])
+    problems.extend(
+        f"plugin {f.plugin}: its {f.stage.removeprefix('hook ')} hook {f.error}; its probes (if any) were not added"
+        for f in registry.failures[before:]
+    )
     return found
 
 

@@ -118,11 +118,11 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
 
     problems: list[str] = []
     chosen = catalog.select(catalog.all_probes(problems, modules=args.module), args.only)
+    for problem in problems:  # a plugin whose probe hook failed or hung is named, with or without --list
+        print(f"warning: {problem}", file=sys.stderr)
     if args.list:
         for probe in chosen:
             print(f"{probe.group:<12} {probe.name:<34} {probe.description}")
-        for problem in problems:
-            print(f"warning: {problem}", file=sys.stderr)
         return 0
     if args.only is not None and not any(catalog.matches(p.name, p.group, args.only) for p in chosen):
         print(

@@ -9,8 +9,12 @@
   command) start themselves end with the run. Every process the launcher starts, and every process
   those start, inherits ``ANYDEVICE_LAUNCH_PARENT=<launcher pid>``; a small guardian process waits
   on a pipe only the launcher holds, and when the launcher ends in any way (return, exception,
-  ``kill -9``) it sends SIGTERM to every process still carrying that value, then SIGKILL one second
-  later. Linux only (it reads ``/proc``); a process that clears its environment escapes it.
+  ``kill -9``) it sends SIGTERM to every process still carrying that value or seen descending from
+  the launcher (the launcher is their subreaper, so a rank's orphans stay in its tree; the guardian
+  notes the tree every half second), and their descendants, then SIGKILL one second later: a process
+  that ignores SIGTERM, clears its environment or starts its own session still ends. Linux only (it
+  reads ``/proc``); a process started with a cleared environment in the last half second before the
+  launcher ends may escape it.
 """
 
 from __future__ import annotations
@@ -27,31 +31,63 @@ from contextlib import contextmanager
 
 from anydevice import settings
 
-# The guardian: a bare interpreter (-S, no anydevice import) that blocks on its stdin, the read end of
-# a pipe only the launcher holds, and at EOF ends every process whose environment holds argv[1].
+# The guardian: a bare interpreter (-S, no anydevice import) that waits on its stdin, the read end of a
+# pipe only the launcher holds (argv[2] is the launcher's pid). While it waits it notes, every half
+# second, the launcher's descendants (pid and start time, so a reused pid is never mistaken for one).
+# At EOF it ends every process whose environment holds argv[1] or that it saw descending from the
+# launcher, and their descendants: SIGTERM, then SIGKILL one second later.
 _GUARDIAN = r"""
-import os, signal, sys, time
+import os, select, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-marker = sys.argv[1].encode()
-while os.read(0, 1024):
-    pass
-me = os.getpid()
-def marked():
-    found = []
+marker, root, me = sys.argv[1].encode(), int(sys.argv[2]), os.getpid()
+def processes():
+    table = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != me:
             try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if marker in f.read().split(b"\0"):
-                        found.append(int(entry))
-            except OSError:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                table[int(entry)] = (int(fields[1]), fields[19])
+            except (OSError, IndexError, ValueError):
                 pass
+    return table
+def below(table, roots):
+    children = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
     return found
+def marked(table):
+    found = set()
+    for pid in table:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.add(pid)
+        except OSError:
+            pass
+    return found
+seen = {}
+while True:
+    if select.select([0], [], [], 0.5)[0] and not os.read(0, 1024):
+        break
+    table = processes()
+    seen.update((pid, table[pid][1]) for pid in below(table, [root]))
+def targets():
+    table = processes()
+    known = {pid for pid, start in seen.items() if pid in table and table[pid][1] == start}
+    roots = known | marked(table)
+    return roots | below(table, roots)
 deadline = time.monotonic() + 5.0
 sig = signal.SIGTERM
 kill_at = time.monotonic() + 1.0
 while time.monotonic() < deadline:
-    pids = marked()
+    pids = targets()
     if not pids:
         break
     for pid in pids:
@@ -65,6 +101,7 @@ while time.monotonic() < deadline:
 """
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+PR_SET_CHILD_SUBREAPER = 36
 INTERRUPTED = 128 + signal.SIGINT  # the shell's status for a process ended by Ctrl-C
 
 
@@ -83,7 +120,7 @@ def guard_descendants() -> None:
     env = {k: v for k, v in os.environ.items() if k != settings.ANYDEVICE_LAUNCH_PARENT.name}
     try:
         guardian = subprocess.Popen(
-            [sys.executable, "-S", "-c", _GUARDIAN, marker],
+            [sys.executable, "-S", "-c", _GUARDIAN, marker, str(os.getpid())],
             stdin=read,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -93,6 +130,8 @@ def guard_descendants() -> None:
         )
     finally:
         os.close(read)
+    # orphans of a rank become the launcher's children, not init's: they stay in the tree the guardian watches
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _guardian = (guardian, write)  # the pipe stays open until this process ends: its end is the guardian's signal
 
 

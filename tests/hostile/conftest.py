@@ -71,3 +71,15 @@ def badload_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def shared() -> Iterator[Path]:
     """A fresh sticky, world-writable directory under /tmp, where a second user (uid 65534) can plant files."""
     yield from make_shared()
+
+
+@pytest.fixture(scope="session")
+def tenslow_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """anydevice-tenslow: ten plugins, each taking 1 s to import (far under the deadline)."""
+    return install(["anydevice_tenslow"], tmp_path_factory, "tenslow-site")
+
+
+@pytest.fixture(scope="session")
+def reentrant_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """anydevice-reentrant: a registration hook that calls back into the registry; a probe hook that hangs."""
+    return install(["anydevice_reentrant"], tmp_path_factory, "reentrant-site")

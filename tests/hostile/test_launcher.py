@@ -42,7 +42,9 @@ SPAWNS_GRANDCHILD = """
 import os, subprocess, sys, time
 hardy = "--hardy" in sys.argv  # its own session, deaf to SIGTERM: only SIGKILL ends it
 code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN) if %r else None; time.sleep(1000)" % hardy
-child = subprocess.Popen([sys.executable, "-c", code], start_new_session=hardy)
+bare = {} if "--clear-env" in sys.argv else None  # an empty environment: nothing marks it as the run's
+child = subprocess.Popen([sys.executable, "-c", code], start_new_session=hardy, env=bare)
+time.sleep(1.0 if bare is not None else 0.0)  # the launcher's guardian notes its process tree every half second
 sys.stdout.write(f"ready {os.getpid()} grandchild {child.pid}\\n")  # one write, as in SLEEPER
 sys.stdout.flush()
 if "--exit" in sys.argv:

@@ -1,0 +1,1 @@
+"""Plugins that call back into the registry or hang in a probe hook (tests/hostile)."""

@@ -1,0 +1,1 @@
+"""Ten slow plugins (tests/hostile)."""
