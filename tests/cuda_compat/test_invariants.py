@@ -62,7 +62,7 @@ def test_anydevice_cli_under_any_name_is_exempt(tmp_path: Path) -> None:
     for args in ([str(renamed), "info", "--json"], [sys.executable, "-m", "anydevice", "info", "--json"]):
         done = run(args, env=ON)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert json.loads(done.stdout)["name"] == "cpu"
+        assert json.loads(done.stdout)["backend"]["name"] == "cpu"
         assert "cuda-compat is active" not in done.stderr and "Traceback" not in done.stderr
 
 
@@ -70,7 +70,7 @@ def test_third_party_detection_that_imports_torch_is_not_taken_for_a_hang(tmp_pa
     site = install_plugin(tmp_path_factory)
     done = python("-m", "anydevice", "list", "--json", env={**ON, "ANYDEVICE_DETECT_TIMEOUT": "60"}, pythonpath=site)
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = {row["name"]: row for row in json.loads(done.stdout)}
+    rows = {row["name"]: row for row in json.loads(done.stdout)["devices"]}
     assert rows["torchdetect"]["available"] is True, rows["torchdetect"]
 
 
