@@ -7,7 +7,7 @@ import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from anydevice.settings import Setting
 from anydevice.versions import PairRule
@@ -104,7 +104,10 @@ class DeviceSpec:
     :param name: the selection name (``ANYDEVICE=name``), lower case.
     :param detect: cheap check; must not import the vendor library where that can be avoided.
     :param load: imports the vendor library and returns the four shims; called once, on selection.
-    :param priority: ``auto`` picks the available device with the highest priority (cpu is 0).
+    :param priority: ``auto`` picks the available device with the highest priority. Default
+        :data:`DEFAULT_PRIORITY` (10): above the host CPU's 0, below the built-in accelerators (60 to 90).
+        At equal priority a built-in device comes first; two third-party devices tied at the top make
+        ``auto`` refuse, naming both (never an alphabetical pick).
     :param aliases: other names that select this device (``gpu`` for cuda).
     :param vendor_package: the Python distribution the device needs (for versions and doctor).
     :param verified_on_hardware: False when the plugin was only tested against a simulated vendor module.
@@ -129,7 +132,7 @@ class DeviceSpec:
     name: str
     detect: Callable[[], Detection]
     load: Callable[[], Shims]
-    priority: int = 0
+    priority: int = 10
     aliases: tuple[str, ...] = ()
     vendor_package: str | None = None
     verified_on_hardware: bool = True
@@ -156,9 +159,27 @@ class DeviceSpec:
         return tuple(s.name for s in self.settings)
 
 
+class Devices(Protocol):
+    """A read-only view of the registered devices: what a hook is given (never the registry itself)."""
+
+    def names(self) -> list[str]:
+        """Device names, highest priority first."""
+        ...
+
+    def canonical(self, name: str) -> str | None:
+        """The device name for a name or alias, or None when no plugin provides it."""
+        ...
+
+    def spec(self, name: str) -> DeviceSpec:
+        """The declaration of the device ``name`` (a canonical name)."""
+        ...
+
+
 # -- validation of third-party declarations -------------------------------------------------------
 NAME_PATTERN: Final = r"[a-z][a-z0-9_-]*"
 """Device names and aliases: lower-case ASCII letter first, then letters, digits, ``_`` or ``-``."""
+DEFAULT_PRIORITY: Final = 10
+"""A device's priority when its plugin declares none: above the host CPU (0), below the built-in accelerators."""
 PRIORITY_RANGE: Final = (-1000, 1000)
 """Inclusive bounds of :attr:`DeviceSpec.priority` (cpu is 0, the built-in accelerators 60 to 90)."""
 

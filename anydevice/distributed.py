@@ -56,16 +56,6 @@ def launched() -> bool:
     return True
 
 
-def _int_setting(setting: settings.Setting, default: int) -> int:
-    value = setting.get()
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise DistributedError(f"{setting.name}={value!r} is not an integer.", "Fix or unset it.") from None
-
-
 def _env_store(dist: Any, rank: int, world: int, timeout: Any) -> dict[str, Any]:
     """``env://`` rendezvous; under torch elastic, its store keyed by the restart attempt.
 
@@ -102,7 +92,7 @@ def init(timeout_s: float | None = None) -> None:
         kwargs["timeout"] = timedelta(seconds=timeout_s)
     if launched():
         if collectives.init_method == "env://":
-            kwargs.update(rank=_int_setting(settings.RANK, 0), world_size=_int_setting(settings.WORLD_SIZE, 1))
+            kwargs.update(rank=settings.rank(), world_size=settings.world_size())
             kwargs.update(_env_store(dist, kwargs["rank"], kwargs["world_size"], kwargs.get("timeout")))
         else:
             kwargs["init_method"] = collectives.init_method
@@ -124,19 +114,19 @@ def rank() -> int:
     """Global rank (0 without a process group or launcher)."""
     if is_initialized():
         return int(_dist().get_rank())
-    return _int_setting(settings.RANK, 0)
+    return settings.rank()
 
 
 def world_size() -> int:
     """Number of processes (1 without a process group or launcher)."""
     if is_initialized():
         return int(_dist().get_world_size())
-    return _int_setting(settings.WORLD_SIZE, 1)
+    return settings.world_size()
 
 
 def local_rank() -> int:
     """Rank on this node (``LOCAL_RANK``; 0 without a launcher)."""
-    return _int_setting(settings.LOCAL_RANK, 0)
+    return settings.local_rank()
 
 
 def is_main() -> bool:

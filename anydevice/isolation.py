@@ -487,7 +487,7 @@ def _builtin_registry() -> Any:
     from anydevice.registry import BUILTIN_DISTRIBUTION, ENTRY_POINT_GROUP, Registry, _distribution
 
     builtins = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if _distribution(ep) == BUILTIN_DISTRIBUTION]
-    return Registry([(ep.name, ep.load(), BUILTIN_DISTRIBUTION) for ep in builtins]).load()
+    return Registry([(ep.name, ep.load(), BUILTIN_DISTRIBUTION) for ep in builtins]).load().view()
 
 
 def _detect(spec: Any) -> dict[str, Any]:

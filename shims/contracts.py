@@ -92,7 +92,7 @@ class Placement:
         """The torch.device for ``index`` (None: the process's default, local-rank aware)."""
         import torch
 
-        from anydevice.distributed import local_rank
+        from anydevice.settings import local_rank
 
         if index is None:
             count = self.device_count()

@@ -20,7 +20,7 @@ from typing import Any
 
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from anydevice.distributed import rank
+from anydevice.settings import rank
 from anydevice.shims.contracts import TraceSession
 
 PERFETTO = "Perfetto (https://ui.perfetto.dev) or chrome://tracing"
