@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from anydevice import autoload, settings
 from anydevice.cli import launch_args, lifeline
 from anydevice.cli.launch_args import build_parser  # noqa: F401 - where callers of 0.2 found it
-from anydevice.errors import DistributedError
+from anydevice.errors import DistributedError, UsageError
 
 if TYPE_CHECKING:
     from anydevice.backend import Backend
@@ -322,7 +322,7 @@ def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend]:
     limits = (("-n", args.nproc_per_node, 1), ("--nnodes", args.nnodes, 1), ("--max-restarts", args.max_restarts, 0))
     for name, value, low in limits:
         if value is not None and value < low:
-            raise DistributedError(f"{name} must be at least {low}, got {value}.")
+            raise UsageError(f"{name} must be at least {low}, got {value}.")
     command = getattr(args, "command", None)
     module = getattr(args, "module", None)
     if command:
@@ -332,7 +332,7 @@ def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend]:
         if module:
             _check_top_level(module)
         elif not Path(args.script).is_file():
-            raise DistributedError(f"No script at {args.script}.", "Pass the path of a Python file: anydevice run -n 2 train.py.")
+            raise UsageError(f"No script at {args.script}.", "Pass the path of a Python file: anydevice run -n 2 train.py.")
     registry = get_registry()
     choice = resolve(requested(), registry)  # cheap detection: imports no vendor package; the only resolution
     if args.nproc_per_node is not None and not command:
@@ -400,7 +400,7 @@ def _refuse_multi_process_command(args: argparse.Namespace) -> None:
         if value
     ]
     if given:
-        raise DistributedError(
+        raise UsageError(
             f"anydevice run -- {args.command[0]} starts one process; {', '.join(given)} apply to Python scripts and modules.",
             "Start N ranks with `anydevice run -n N script.py` or `-m module`; a command that starts its own workers takes "
             "its own option for them (e.g. vllm serve --tensor-parallel-size N).",
@@ -413,11 +413,11 @@ def _check_top_level(module: str) -> None:
 
     top = module.split(".")[0]
     if not module or not all(part.isidentifier() for part in module.split(".")):
-        raise DistributedError(f"-m {module!r} is not a module name.", "Pass a dotted module name: anydevice run -m pkg.train.")
+        raise UsageError(f"-m {module!r} is not a module name.", "Pass a dotted module name: anydevice run -m pkg.train.")
     if top in sys.builtin_module_names or top in sys.modules:
         return
     if PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]]) is None:
-        raise DistributedError(
+        raise UsageError(
             f"No module named {top} (looked in the working directory and this Python's sys.path).",
             "Install the package, or run from the directory that holds it, as for `python -m`.",
         )
@@ -435,7 +435,7 @@ def check_nproc(nproc: int, device: str, spec: DeviceSpec, detection: Detection)
     else:
         limit, why = PROCESSES_PER_CORE * cores, f"{PROCESSES_PER_CORE} processes per CPU core, {cores} core(s) here"
     if nproc > limit:
-        raise DistributedError(
+        raise UsageError(
             f"-n {nproc} is more than {device} can take on this machine: at most {limit} ({why}).",
             f"Pass -n {limit} or fewer, or spread the job over machines with --nnodes.",
         )
