@@ -85,14 +85,37 @@ class Hardware:
         one entry per chip or node found.
     :param ray_resource: the Ray resource one worker asks for (``GPU``, ``TPU``), or a function deciding
         it at launch time (``anydevice.integrations.ray``); None: a worker needs only a CPU.
-    :param host: the device is the host CPU: its ranks share the cores, so ``anydevice run -n`` bounds
-        them per core rather than one per device.
     """
 
     pjrt_names: tuple[str, ...] = ()
     scan: Callable[[], list[str]] | None = None
     ray_resource: str | Callable[[], str | None] | None = None
-    host: bool = False
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What ``anydevice run`` needs to start a device's ranks, declared so that it needs no shims (a ``DeviceSpec`` section).
+
+    :param launcher: the launcher's name (``torchrun``, ``spawn``, ``single-process``, or one a plugin
+        registered with ``anydevice.cli.launch.register_launcher``), or a cheap function deciding it
+        (TorchTPU spawns, torch_xla on TPU uses torchrun).
+    :param env: extra variables for ``(local_rank, local_world_size)``, set before the rank imports
+        anything (Neuron's visible cores); may raise a clear error for a size the device cannot run.
+    :param ranks: what bounds ``anydevice run -n`` on one node: ``per_device`` (one rank per device
+        detected) or ``per_core`` (ranks share the CPU cores: the host CPU).
+    """
+
+    launcher: str | Callable[[], str] = "torchrun"
+    env: Callable[[int, int], Mapping[str, str]] | None = None
+    ranks: Literal["per_device", "per_core"] = "per_device"
+
+    def launcher_name(self) -> str:
+        """The launcher's name (calls :attr:`launcher` when it is a function)."""
+        return self.launcher() if callable(self.launcher) else self.launcher
+
+    def rank_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
+        """The extra variables of one local rank (none without :attr:`env`)."""
+        return dict(self.env(local_rank, local_world_size)) if self.env is not None else {}
 
 
 @dataclass(frozen=True)
@@ -124,6 +147,8 @@ class DeviceSpec:
     :param unsupported: features the plugin declares it does not support, for the compatibility matrix:
         probe name -> one sentence saying why. Every probe not listed is claimed supported.
     :param hardware: the :class:`Hardware` section (PJRT names, hardware scan, Ray resource), or None.
+    :param launch: the :class:`Launch` section: the launcher's name, per-rank variables and what bounds
+        ``anydevice run -n``, read without loading the shims.
     :param serving: serving engine (``vllm``, ``sglang``) -> how it runs on this device
         (:class:`Serving`); ``anydevice.integrations`` turns the selection into the engine's platform
         with it. Undeclared: an engine platform plugin named like the device.
@@ -150,6 +175,8 @@ class DeviceSpec:
     """Probe name -> why the plugin does not support it (what the matrix expects to fail or skip)."""
     hardware: Hardware | None = None
     """Hardware facts other subsystems ask for (PJRT names, a cheap scan, the Ray resource)."""
+    launch: Launch = field(default_factory=Launch)
+    """What ``anydevice run`` needs: launcher, per-rank variables, what bounds ``-n`` (read without the shims)."""
     serving: Mapping[str, Serving] = field(default_factory=dict)
     """Serving engine -> the engine's platforms for this device and what to install (``anydevice.integrations``)."""
 

@@ -7,7 +7,7 @@ import platform
 from collections.abc import Callable
 from pathlib import Path
 
-from anydevice.plugin import Detection, DeviceSpec, Hardware, Serving, Shims, hookimpl
+from anydevice.plugin import Detection, DeviceSpec, Hardware, Launch, Serving, Shims, hookimpl
 
 
 def chip() -> str | None:
@@ -55,7 +55,8 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             detect=detect,
             load=load,
             priority=0,
-            hardware=Hardware(pjrt_names=("CPU",), host=True),  # ranks share the cores: `run -n` allows 4 per core
+            hardware=Hardware(pjrt_names=("CPU",)),
+            launch=Launch(ranks="per_core"),  # ranks share the cores: `run -n` allows 4 per core
             serving=SERVING,
         )
     )

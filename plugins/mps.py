@@ -6,7 +6,7 @@ import platform
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anydevice.plugin import Detection, DeviceSpec, Serving, Shims, hookimpl
+from anydevice.plugin import Detection, DeviceSpec, Launch, Serving, Shims, hookimpl
 
 if TYPE_CHECKING:
     import torch
@@ -54,7 +54,7 @@ def load() -> Shims:
             "mps",
             placement=PlacementTable(autocast_dtype=_autocast_dtype, memory_stats=_memory),
             compile=CompileTable(inductor=True),
-            collectives=CollectivesTable(backend="gloo", launcher="single-process", fsdp=False),
+            collectives=CollectivesTable(backend="gloo", fsdp=False),
             profiling=ProfilingTable(activities=("MPS",)),  # skipped where this torch's profiler lacks it
         )
     )
@@ -76,6 +76,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             detect=detect,
             load=load,
             priority=60,
+            launch=Launch(launcher="single-process"),  # one process drives the GPU
             # the vendor table above says fsdp=False: wrap(model, "fsdp") raises UnsupportedFeatureError
             unsupported={"fsdp_step": "FSDP2 is not offered on mps (the eager table sets fsdp=False); use wrap(model, 'ddp')."},
             serving=SERVING,

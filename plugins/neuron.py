@@ -20,6 +20,7 @@ from anydevice.plugin import (
     Detection,
     DeviceSpec,
     Hardware,
+    Launch,
     Serving,
     Setting,
     Shims,
@@ -183,6 +184,10 @@ def _launch_env(local_rank: int, local_world_size: int) -> Mapping[str, str]:
     return rank_cores(local_rank)
 
 
+LAUNCH = Launch(env=_launch_env)
+"""One NeuronCore per rank, on both the native and the XLA path (``anydevice run`` reads it without the shims)."""
+
+
 def _memory(index: int) -> dict[str, int]:
     import torch_neuronx
 
@@ -213,7 +218,7 @@ def _load_native() -> Shims:
             placement=PlacementTable(device_module_first=True, memory_stats=_memory),
             # dynamic=True is rejected by the neuron backend
             compile=CompileTable(backend="neuron", defaults={"dynamic": False}, cache_env=TORCH_NEURONX_NEFF_CACHE_DIR.name),
-            collectives=CollectivesTable(backend="neuron", launch_env=_launch_env),
+            collectives=CollectivesTable(backend="neuron"),
             profiling=ProfilingTable(
                 activities=("PrivateUse1",),
                 config=_profiler_config,
@@ -234,7 +239,6 @@ def xla_vendor() -> XlaVendor:
         chip=chip,
         peak_tflops=PEAK_BF16_TFLOPS,
         persistent_cache=False,  # neuronx-cc keeps its own NEFF cache (NEURON_CC_FLAGS --cache_dir)
-        launch_env=lambda rank, size: dict(rank_cores(rank)),
         lockstep=("torch_xla", DISTRIBUTION),
         versions=_versions,
     )
@@ -269,6 +273,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             paired_packages={DISTRIBUTION: pair_rule, "torch_xla": "lockstep"},
             settings=NEURON_SETTINGS,
             hardware=Hardware(pjrt_names=("NEURON",), scan=neuron_devices, ray_resource="neuron_cores"),
+            launch=LAUNCH,
             serving=SERVING,
         )
     )

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from anydevice.errors import DeviceUnavailableError
-from anydevice.plugin import Detection, DeviceSpec, Hardware, Serving, Shims, XlaVendor, hookimpl, lazy_xla, versions
+from anydevice.plugin import Detection, DeviceSpec, Hardware, Launch, Serving, Shims, XlaVendor, hookimpl, lazy_xla, versions
 from anydevice.plugin import detection as d
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
@@ -116,7 +116,15 @@ def _tpu_launch_env(local_world_size: int) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if before.get(k) != v}
 
 
+def _launcher() -> str:
+    """TorchTPU: ``set_tpu_launch_env`` in the parent (:func:`_launch_env`), then spawn (fork raises); torch_xla: torchrun."""
+    return "spawn" if d.installed("torch_tpu") else "torchrun"
+
+
 def _launch_env(local_rank: int, local_world_size: int) -> dict[str, str]:
+    if not d.installed("torch_tpu"):
+        return {}
+    load_torch_tpu()
     return _tpu_launch_env(local_world_size)
 
 
@@ -140,8 +148,7 @@ def _load_native() -> Shims:
             "tpu",
             # torch_tpu rejects inductor on TPU inputs; 0.2.0 documents no persistent compile cache location
             compile=CompileTable(backend="tpu"),
-            # set_tpu_launch_env in the parent (launch_env), then spawn: fork raises
-            collectives=CollectivesTable(backend="tpu", launcher="spawn", launch_env=_launch_env),
+            collectives=CollectivesTable(backend="tpu"),
             profiling=ProfilingTable(config=_profiler_config, viewer=XPROF, chip=_chip, peak_tflops=PEAK_BF16_TFLOPS),
             versions=_versions,
         )
@@ -183,6 +190,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             paired_packages=PAIRED_PACKAGES,
             settings=(lazy_xla.PJRT_DEVICE,),  # the torch_xla fallback's runtime
             hardware=Hardware(pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU"),
+            launch=Launch(launcher=_launcher, env=_launch_env),
             serving=SERVING,
         )
     )

@@ -12,7 +12,19 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anydevice.plugin import Detection, DeviceSpec, Hardware, Serving, Shims, XlaVendor, hookimpl, lazy_xla, versions, xla_shims
+from anydevice.plugin import (
+    Detection,
+    DeviceSpec,
+    Hardware,
+    Launch,
+    Serving,
+    Shims,
+    XlaVendor,
+    hookimpl,
+    lazy_xla,
+    versions,
+    xla_shims,
+)
 from anydevice.plugin import detection as d
 
 if TYPE_CHECKING:
@@ -135,6 +147,10 @@ def prepare_environment() -> None:
     lazy_xla.prepare_environment(vendor())
 
 
+def _launch_env(local_rank: int, local_world_size: int) -> dict[str, str]:
+    return lazy_xla.check_processes(vendor(), local_world_size)
+
+
 def load() -> Shims:
     return xla_shims(vendor())
 
@@ -161,6 +177,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry:
             paired_packages={"torch_xla": "lockstep"},
             settings=(PJRT_DEVICE,),
             hardware=Hardware(ray_resource=functools.partial(ray_resource, registry)),
+            launch=Launch(env=_launch_env),  # refuses several processes on PJRT CPU
             serving=SERVING,
         )
     )

@@ -215,8 +215,6 @@ class Collectives:
     backend: str = ""
     """The ``torch.distributed`` backend; empty: torch's default for :attr:`device_type` (``gloo``, ``nccl``, ...)."""
     init_method: str = "env://"
-    launcher: str = "torchrun"
-    """The name of the launcher ``anydevice run`` uses for N processes (``torchrun``, ``spawn``, ``single-process``)."""
     lacking_reduce_ops: frozenset[str] = frozenset()
     """``torch.distributed.ReduceOp`` names the process group rejects (``{"AVG"}`` on torch_xla).
     ``anydevice.distributed`` emulates ``AVG`` (sum, then divide) and refuses the others clearly."""
@@ -231,10 +229,6 @@ class Collectives:
         self.device_type = self.mesh_device_type = placement.device_type
         if not self.backend:
             self.backend = default_dist_backend(self.device_type)
-
-    def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
-        """Extra environment a launcher sets for one local rank (e.g. visible cores); none by default."""
-        return {}
 
     def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
         """Wrap ``model`` for data parallelism: ``ddp`` or ``fsdp`` (``anydevice.distributed.wrap`` checked the name)."""

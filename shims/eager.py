@@ -93,9 +93,6 @@ class CollectivesTable:
     backend: str = ""
     """The process-group backend; empty: torch's default for the device type."""
     fsdp: bool = True
-    launcher: str = "torchrun"
-    launch_env: Callable[[int, int], Mapping[str, str]] | None = None
-    """Extra variables a launcher sets for ``(local_rank, local_world_size)`` (e.g. Neuron's visible cores)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +119,6 @@ _FLAT: dict[str, tuple[str, str]] = {
     "profiler_config": ("profiling", "config"),
     "chip": ("profiling", "chip"),
     "peak_tflops": ("profiling", "peak_tflops"),
-    "launcher": ("collectives", "launcher"),
     "fsdp": ("collectives", "fsdp"),
     "compile_cache_env": ("compile", "cache_env"),
     "compile_defaults": ("compile", "defaults"),
@@ -130,7 +126,6 @@ _FLAT: dict[str, tuple[str, str]] = {
     "memory_stats": ("placement", "memory_stats"),
     "no_memory_stats_reason": ("placement", "no_memory_stats_reason"),
     "versions": ("", "versions"),
-    "launch_env": ("collectives", "launch_env"),
     "profiler_viewer": ("profiling", "viewer"),
     "device_module_first": ("placement", "device_module_first"),
     "host": ("placement", "host"),
@@ -174,6 +169,9 @@ class EagerVendor:
             "profiling": profiling,
         }
         flat = {**dict(zip(_FLAT, flat_args)), **flat}
+        moved = sorted(set(flat) & {"launcher", "launch_env"})
+        if moved:
+            raise TypeError(f"EagerVendor({', '.join(moved)}=...) moved to DeviceSpec(launch=Launch(launcher=..., env=...))")
         unknown = sorted(set(flat) - set(_FLAT))
         if unknown or len(flat_args) > len(_FLAT):
             raise TypeError(f"EagerVendor() got unknown keywords {unknown}; its sections are {', '.join(_SECTIONS)}")
@@ -306,11 +304,7 @@ class EagerCollectives(Collectives):
         self.backend = vendor.collectives.backend
         super().__init__(placement)
         self.table = vendor.collectives
-        self.launcher = vendor.collectives.launcher
         self.fsdp = vendor.collectives.fsdp
-
-    def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
-        return dict(self.table.launch_env(local_rank, local_world_size)) if self.table.launch_env else {}
 
 
 class EagerProfiling(Profiling):

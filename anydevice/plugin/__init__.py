@@ -11,7 +11,7 @@ A plugin (built-in or third-party) imports only ``anydevice.plugin`` and ``anyde
 
 What is here, by concern:
 
-- **declaring a device**: :class:`DeviceSpec` and its sections (:class:`Hardware`, :class:`Serving`),
+- **declaring a device**: :class:`DeviceSpec` and its sections (:class:`Hardware`, :class:`Launch`, :class:`Serving`),
   :class:`Detection` and its :data:`Problem` kinds, :class:`Setting` (the variables a device reads);
 - **hooks**: :data:`hookimpl` and the hook specifications (:func:`anydevice_register_devices`,
   :func:`anydevice_register_probes`, :func:`anydevice_doctor_checks`), :class:`Devices` (the read-only view
@@ -45,6 +45,7 @@ from anydevice.device_spec import (
     Devices,
     DeviceSpec,
     Hardware,
+    Launch,
     Problem,
     Serving,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "EagerVendor",
     "Hardware",
     "HostTransfer",
+    "Launch",
     "MemoryStats",
     "PairRule",
     "Placement",

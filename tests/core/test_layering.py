@@ -145,7 +145,7 @@ def test_the_contract_declares_what_core_and_the_matrix_call() -> None:
     """Methods looked up on shims by core and the matrix are declared, with a docstring saying what they do."""
     declared = {
         contracts.Placement: ("device", "move", "step", "generator"),
-        contracts.Collectives: ("launcher", "launch_env", "wrap", "lacking_reduce_ops"),
+        contracts.Collectives: ("wrap", "lacking_reduce_ops"),
         contracts.Diagnostics: ("fallback_ops", "compilations"),
         contracts.CudaShaped: ("device_module",),
         contracts.HostTransfer: ("to_host", "is_writer"),
