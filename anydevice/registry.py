@@ -406,6 +406,23 @@ _default: Registry | None = None
 _default_lock = threading.Lock()
 
 
+def builtin_registry() -> Registry:
+    """A loaded registry of the plugins anydevice ships, whatever ``ANYDEVICE_PLUGINS`` says (the one way to build it).
+
+    A built-in plugin that fails to import is recorded as a failure, as in any registry.
+    """
+    from importlib import metadata
+
+    builtins = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if _distribution(ep) == BUILTIN_DISTRIBUTION]
+    return Registry(plugins=[(ep.name, ep.load(), BUILTIN_DISTRIBUTION) for ep in sorted(builtins, key=lambda e: e.name)]).load()
+
+
+def builtin_plugin_settings() -> tuple[settings.Setting, ...]:
+    """The settings the built-in plugins' devices declare (``DeviceSpec.settings``), for the README table."""
+    registry = builtin_registry()
+    return tuple(s for n in registry.names() for s in registry.get(n).spec.settings)
+
+
 def _auto_order(device: RegisteredDevice) -> tuple[int, bool, str]:
     """Highest priority first; at equal priority built-in devices first. The name only orders a listing:
     ``auto`` refuses a tie between third-party devices (``selection``) rather than pick one by name."""

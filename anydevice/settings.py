@@ -337,14 +337,6 @@ def allowed_plugins() -> frozenset[str] | None:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
 
 
-def builtin_plugin_settings() -> tuple[Setting, ...]:
-    """The settings the built-in plugins' devices declare (``DeviceSpec.settings``), for the README table."""
-    from anydevice.registry import Registry  # imported here: loading plugins is not a settings read
-
-    registry = Registry()
-    return tuple(s for n in registry.names() if registry.get(n).builtin for s in registry.get(n).spec.settings)
-
-
 def markdown_table(more: Iterable[Setting] = ()) -> str:
     """The README's table of :data:`ALL` and ``more`` (the plugins' ``DeviceSpec.settings``); ``scripts/update-readme``."""
     rows = ["| variable | owner | meaning |", "|---|---|---|"]

@@ -28,7 +28,6 @@ from anydevice.compat_matrix.merge import (
     Tally,
     build_matrix,
     cell_key,
-    plugin_versions,
     ran_pair,
     tally,
 )
@@ -45,6 +44,7 @@ from anydevice.compat_matrix.schema import (
     Status,
     shown,
 )
+from anydevice.compat_matrix.versions_table import plugin_versions
 
 LOG_EXCERPT = 1500
 

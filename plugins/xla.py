@@ -198,7 +198,7 @@ def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
         if device == NAME:
             return [Check(name, "ok", f"{name}={value} picks the runtime of the {NAME} device")]
         canonical = context.registry.canonical(device)
-        hardware = context.registry.get(canonical).spec.hardware if canonical else None
+        hardware = context.registry.spec(canonical).hardware if canonical else None
         wanted = hardware.pjrt_names if hardware is not None else ()
         if wanted and value not in wanted:
             how = f"ANYDEVICE={context.requested} selects {device}" if explicit else f"ANYDEVICE=auto picked {device}"

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from anydevice.shims.trace_session import TraceSession as TraceSession
+
 if TYPE_CHECKING:
     from types import ModuleType
 
@@ -253,19 +255,6 @@ def default_dist_backend(device_type: str) -> str:
         return str(dist.get_default_backend_for_device(device_type))
     except (AttributeError, RuntimeError, ValueError):  # torch < 2.6, or a device torch maps to no backend
         return "gloo"
-
-
-@dataclass
-class TraceSession:
-    """An active or finished profiler trace: where it writes, what it wrote, how to view it."""
-
-    directory: Path
-    viewer: str
-    files: list[Path] = field(default_factory=list)
-    tool: str = ""
-
-    def step(self) -> None:
-        """Advance the profiler schedule by one step (``ad.step()`` calls it)."""
 
 
 class Profiling:

@@ -106,7 +106,9 @@ def run(target: str, args: list[str], is_module: bool = False, path0: str | None
             from anydevice import settings
 
             if settings.ANYDEVICE_CUDA_COMPAT.flag():
-                import anydevice.cuda_compat  # noqa: F401 - redirects CUDA calls before the script runs
+                from anydevice import cuda_compat
+
+                cuda_compat.enable()  # before the script runs: redirects CUDA calls
         if is_module:
             check_module(target)
             runpy.run_module(target, run_name="__main__", alter_sys=True)

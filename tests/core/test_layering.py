@@ -216,7 +216,9 @@ def test_the_import_rule_catches_planted_violations(tmp_path: Path) -> None:
 # -- vendor environment variables live in the plugins that read them ---------------------------------
 def vendor_variables() -> set[str]:
     """The names of every variable a built-in plugin declares (``DeviceSpec.settings``)."""
-    return {s.name for s in settings.builtin_plugin_settings()}
+    from anydevice.registry import builtin_plugin_settings
+
+    return {s.name for s in builtin_plugin_settings()}
 
 
 def variable_literals(path: Path, names: set[str]) -> Iterator[str]:
