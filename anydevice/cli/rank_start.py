@@ -109,9 +109,11 @@ def run(target: str, args: list[str], is_module: bool = False, path0: str | None
             from anydevice import settings
 
             if settings.ANYDEVICE_CUDA_COMPAT.flag():
+                import torch  # noqa: F401 - first: the interpreter's cuda-compat start-up hook acts on torch's import
+
                 from anydevice import cuda_compat
 
-                cuda_compat.enable()  # before the script runs: redirects CUDA calls
+                cuda_compat.enable()  # before the script runs: redirects CUDA calls (idempotent)
         if is_module:
             check_module(target)
             runpy.run_module(target, run_name="__main__", alter_sys=True)
