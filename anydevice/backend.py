@@ -35,6 +35,8 @@ class Backend:
     fell_back: bool
     verified_on_hardware: bool
     shims: Shims = field(repr=False, compare=False)
+    launcher: str = "torchrun"
+    """The launcher ``anydevice run`` uses for this device (``DeviceSpec.launch``)."""
 
     @property
     def compilations(self) -> int | None:
@@ -63,7 +65,7 @@ class Backend:
             "verified_on_hardware": self.verified_on_hardware,
             "compile_backend": s.compilation.backend,
             "dist_backend": s.collectives.backend,
-            "launcher": s.collectives.launcher,
+            "launcher": self.launcher,
             "compilations": self.compilations,
         }
 
@@ -148,6 +150,7 @@ def _describe(choice: Choice, entry: RegisteredDevice, shims: Shims) -> Backend:
         fell_back=choice.fell_back,
         verified_on_hardware=entry.spec.verified_on_hardware,
         shims=shims,
+        launcher=clean(entry.spec.launch.launcher_name()),
     )
 
 

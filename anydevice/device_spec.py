@@ -7,7 +7,7 @@ import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from anydevice.settings import Setting
 from anydevice.versions import PairRule
@@ -95,14 +95,37 @@ class Hardware:
         one entry per chip or node found.
     :param ray_resource: the Ray resource one worker asks for (``GPU``, ``TPU``), or a function deciding
         it at launch time (``anydevice.integrations.ray``); None: a worker needs only a CPU.
-    :param host: the device is the host CPU: its ranks share the cores, so ``anydevice run -n`` bounds
-        them per core rather than one per device.
     """
 
     pjrt_names: tuple[str, ...] = ()
     scan: Callable[[], list[str]] | None = None
     ray_resource: str | Callable[[], str | None] | None = None
-    host: bool = False
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What ``anydevice run`` needs to start a device's ranks, declared so that it needs no shims (a ``DeviceSpec`` section).
+
+    :param launcher: the launcher's name (``torchrun``, ``spawn``, ``single-process``, or one a plugin
+        registered with ``anydevice.cli.launch.register_launcher``), or a cheap function deciding it
+        (TorchTPU spawns, torch_xla on TPU uses torchrun).
+    :param env: extra variables for ``(local_rank, local_world_size)``, set before the rank imports
+        anything (Neuron's visible cores); may raise a clear error for a size the device cannot run.
+    :param ranks: what bounds ``anydevice run -n`` on one node: ``per_device`` (one rank per device
+        detected) or ``per_core`` (ranks share the CPU cores: the host CPU).
+    """
+
+    launcher: str | Callable[[], str] = "torchrun"
+    env: Callable[[int, int], Mapping[str, str]] | None = None
+    ranks: Literal["per_device", "per_core"] = "per_device"
+
+    def launcher_name(self) -> str:
+        """The launcher's name (calls :attr:`launcher` when it is a function)."""
+        return self.launcher() if callable(self.launcher) else self.launcher
+
+    def rank_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
+        """The extra variables of one local rank (none without :attr:`env`)."""
+        return dict(self.env(local_rank, local_world_size)) if self.env is not None else {}
 
 
 @dataclass(frozen=True)
@@ -114,7 +137,10 @@ class DeviceSpec:
     :param name: the selection name (``ANYDEVICE=name``), lower case.
     :param detect: cheap check; must not import the vendor library where that can be avoided.
     :param load: imports the vendor library and returns the four shims; called once, on selection.
-    :param priority: ``auto`` picks the available device with the highest priority (cpu is 0).
+    :param priority: ``auto`` picks the available device with the highest priority. Default
+        :data:`DEFAULT_PRIORITY` (10): above the host CPU's 0, below the built-in accelerators (60 to 90).
+        At equal priority a built-in device comes first; two third-party devices tied at the top make
+        ``auto`` refuse, naming both (never an alphabetical pick).
     :param aliases: other names that select this device (``gpu`` for cuda).
     :param vendor_package: the Python distribution the device needs (for versions and doctor).
     :param verified_on_hardware: False when the plugin was only tested against a simulated vendor module.
@@ -131,6 +157,8 @@ class DeviceSpec:
     :param unsupported: features the plugin declares it does not support, for the compatibility matrix:
         probe name -> one sentence saying why. Every probe not listed is claimed supported.
     :param hardware: the :class:`Hardware` section (PJRT names, hardware scan, Ray resource), or None.
+    :param launch: the :class:`Launch` section: the launcher's name, per-rank variables and what bounds
+        ``anydevice run -n``, read without loading the shims.
     :param serving: serving engine (``vllm``, ``sglang``) -> how it runs on this device
         (:class:`Serving`); ``anydevice.integrations`` turns the selection into the engine's platform
         with it. Undeclared: an engine platform plugin named like the device.
@@ -139,7 +167,7 @@ class DeviceSpec:
     name: str
     detect: Callable[[], Detection]
     load: Callable[[], Shims]
-    priority: int = 0
+    priority: int = 10
     aliases: tuple[str, ...] = ()
     vendor_package: str | None = None
     verified_on_hardware: bool = True
@@ -157,6 +185,8 @@ class DeviceSpec:
     """Probe name -> why the plugin does not support it (what the matrix expects to fail or skip)."""
     hardware: Hardware | None = None
     """Hardware facts other subsystems ask for (PJRT names, a cheap scan, the Ray resource)."""
+    launch: Launch = field(default_factory=Launch)
+    """What ``anydevice run`` needs: launcher, per-rank variables, what bounds ``-n`` (read without the shims)."""
     serving: Mapping[str, Serving] = field(default_factory=dict)
     """Serving engine -> the engine's platforms for this device and what to install (``anydevice.integrations``)."""
 
@@ -166,9 +196,27 @@ class DeviceSpec:
         return tuple(s.name for s in self.settings)
 
 
+class Devices(Protocol):
+    """A read-only view of the registered devices: what a hook is given (never the registry itself)."""
+
+    def names(self) -> list[str]:
+        """Device names, highest priority first."""
+        ...
+
+    def canonical(self, name: str) -> str | None:
+        """The device name for a name or alias, or None when no plugin provides it."""
+        ...
+
+    def spec(self, name: str) -> DeviceSpec:
+        """The declaration of the device ``name`` (a canonical name)."""
+        ...
+
+
 # -- validation of third-party declarations -------------------------------------------------------
 NAME_PATTERN: Final = r"[a-z][a-z0-9_-]*"
 """Device names and aliases: lower-case ASCII letter first, then letters, digits, ``_`` or ``-``."""
+DEFAULT_PRIORITY: Final = 10
+"""A device's priority when its plugin declares none: above the host CPU (0), below the built-in accelerators."""
 PRIORITY_RANGE: Final = (-1000, 1000)
 """Inclusive bounds of :attr:`DeviceSpec.priority` (cpu is 0, the built-in accelerators 60 to 90)."""
 

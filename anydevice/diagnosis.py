@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from anydevice.registry import Registry
+    from anydevice.device_spec import Devices
 
 Status = Literal["ok", "info", "warn", "fail"]
 
@@ -28,14 +28,15 @@ class Check:
 
 @dataclass
 class DoctorContext:
-    """What the checks share: the registry, the user's selection and what it resolves to.
+    """What the checks share: the devices (a read-only view), the user's selection and what it resolves to.
 
     :param requested: ``ANYDEVICE`` as set (``auto`` when unset).
     :param requested_names: the canonical device names it lists (empty for ``auto`` or a typo).
     :param selected: the device the selection resolves to here, or None when it does not resolve.
     """
 
-    registry: Registry
+    registry: Devices
+    """The registered devices, read-only (``names``, ``canonical``, ``spec``)."""
     requested: str
     requested_names: list[str]
     selected: str | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from anydevice import settings, slurm_env
@@ -56,16 +56,11 @@ def launched() -> bool:
     return True
 
 
-def _int_setting(setting: settings.Setting, default: int) -> int:
-    value = setting.get()
-    if value is None and setting in _LAUNCH and (task := slurm_env.srun_task()) is not None:
-        value = task.torchrun_env()[setting.name]
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise DistributedError(f"{setting.name}={value!r} is not an integer.", "Fix or unset it.") from None
+def _from_launch(setting: settings.Setting, read: Callable[[], int]) -> int:
+    """``read()`` (torchrun's variable), or in an srun task without torchrun's variables, SLURM's value for ``setting``."""
+    if setting.get() is None and (task := slurm_env.srun_task()) is not None:
+        return int(task.torchrun_env()[setting.name])
+    return read()
 
 
 def _env_store(dist: Any, rank: int, world: int, timeout: Any) -> dict[str, Any]:
@@ -105,7 +100,7 @@ def init(timeout_s: float | None = None) -> None:
     if launched():
         slurm_env.adopt()  # an srun task: torchrun's variables from SLURM's, for the rendezvous
         if collectives.init_method == "env://":
-            kwargs.update(rank=_int_setting(settings.RANK, 0), world_size=_int_setting(settings.WORLD_SIZE, 1))
+            kwargs.update(rank=settings.rank(), world_size=settings.world_size())
             kwargs.update(_env_store(dist, kwargs["rank"], kwargs["world_size"], kwargs.get("timeout")))
         else:
             kwargs["init_method"] = collectives.init_method
@@ -127,19 +122,19 @@ def rank() -> int:
     """Global rank (0 without a process group or launcher)."""
     if is_initialized():
         return int(_dist().get_rank())
-    return _int_setting(settings.RANK, 0)
+    return _from_launch(settings.RANK, settings.rank)
 
 
 def world_size() -> int:
     """Number of processes (1 without a process group or launcher)."""
     if is_initialized():
         return int(_dist().get_world_size())
-    return _int_setting(settings.WORLD_SIZE, 1)
+    return _from_launch(settings.WORLD_SIZE, settings.world_size)
 
 
 def local_rank() -> int:
     """Rank on this node (``LOCAL_RANK``; 0 without a launcher)."""
-    return _int_setting(settings.LOCAL_RANK, 0)
+    return _from_launch(settings.LOCAL_RANK, settings.local_rank)
 
 
 def is_main() -> bool:

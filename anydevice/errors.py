@@ -142,6 +142,10 @@ class DistributedError(AnyDeviceError):
     """The distributed launch environment is missing, half set, or inconsistent."""
 
 
+class UsageError(AnyDeviceError):
+    """A command-line tool was called wrongly (a bad option value, a missing script): what to type instead."""
+
+
 class CheckpointError(AnyDeviceError):
     """A checkpoint is empty, corrupt, refused by a safe load, incomplete, or its save failed on another rank."""
 

@@ -3,8 +3,7 @@
 A plugin is a module found through the ``anydevice`` entry-point group. It must import
 without its vendor library. It implements one or more of these hooks with ``@hookimpl``::
 
-    from anydevice.hookspecs import hookimpl
-    from anydevice.device_spec import DeviceSpec, Detection
+    from anydevice.plugin import DeviceSpec, Detection, hookimpl
 
     @hookimpl
     def anydevice_register_devices(register):
@@ -22,9 +21,8 @@ from typing import TYPE_CHECKING, Any, Final
 import pluggy
 
 if TYPE_CHECKING:
-    from anydevice.device_spec import DeviceSpec
+    from anydevice.device_spec import Devices, DeviceSpec
     from anydevice.diagnosis import Check, DoctorContext
-    from anydevice.registry import Registry
 
 PROJECT: Final = "anydevice"
 
@@ -33,14 +31,15 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry: Registry) -> None:
+def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry: Devices) -> None:
     """Declare the devices this plugin provides.
 
     :param register: call it once per device with a :class:`~anydevice.device_spec.DeviceSpec`.
         Registration must be cheap: no vendor import, no hardware probing (that is ``detect``'s job).
-    :param registry: optional (leave it out of the signature unless needed): the registry being loaded,
-        for a device that builds on what other devices declare (the ``xla`` device reads their
-        ``DeviceSpec.hardware``). Read it from ``detect``/``load``, not while registering.
+    :param registry: optional (leave it out of the signature unless needed): a read-only view
+        (:class:`~anydevice.device_spec.Devices`) of the devices being registered, for a device that builds on
+        what other devices declare (the ``xla`` device reads their ``DeviceSpec.hardware``). Read it from
+        ``detect``/``load``, not while registering.
     """
 
 

@@ -4,7 +4,7 @@ In-process guarding (:mod:`anydevice.guard`) cannot stop C code that holds the G
 crash (SIGSEGV, ``abort``) or ``os._exit``. So before the registry imports a third-party plugin,
 :func:`vet` runs every third-party plugin's import and registration hook (each a step under the
 deadline) and then every device's detection (concurrently, within one deadline) in a child
-process (``python -m anydevice.isolation``); up to :data:`MAX_CHILDREN` children run at once,
+process (``python -m anydevice.vet_child``, :mod:`anydevice.vet_child`); up to :data:`MAX_CHILDREN` children run at once,
 each plugin in one of them, so ten slow plugins cost about one plugin's time, not their sum.
 The child reports each step as a JSON line; when it hangs or dies, the step in progress is
 charged to its plugin and a fresh child carries on with the steps left. The registry then imports
@@ -25,7 +25,6 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -41,7 +40,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from anydevice.device_spec import Detection
-from anydevice.untrusted import clean_detection
 
 CACHE_VERSION: Final = 1
 GRACE: Final = 2.0
@@ -165,7 +163,7 @@ def _run_child(
     if not sys.executable:
         raise OSError("no Python executable to start the plugin check with")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "anydevice.isolation"],
+        [sys.executable, "-m", "anydevice.vet_child"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -334,12 +332,14 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 # -- the cache --------------------------------------------------------------------------------------
 def cache_key(plugins: list[Plugin], deadline: float, steering: Iterable[str] = ()) -> str:
     """What the outcome depends on, hashed: plugins and versions, Python, torch, deadline, variables, path, boot."""
-    from anydevice import __version__, detect
+    from importlib import metadata
+
+    from anydevice import detect
 
     names = sorted({*KEY_VARIABLES, *steering})
     parts = {
         "v": CACHE_VERSION,
-        "anydevice": __version__,
+        "anydevice": metadata.version("anydevice"),
         "plugins": sorted((p.name, p.value, p.distribution or "", p.version or "") for p in plugins),
         "python": sys.version,
         "executable": sys.executable,
@@ -462,7 +462,7 @@ def _write_cache(key: str, outcomes: Mapping[str, Outcome]) -> None:
         "plugins": {
             name: {
                 "failure": list(o.failure) if o.failure else None,
-                "detections": {d: _fields(det) for d, det in o.detections.items()},
+                "detections": {d: detection_fields(det) for d, det in o.detections.items()},
                 "environment": o.environment,
             }
             for name, o in outcomes.items()
@@ -477,7 +477,7 @@ def _write_cache(key: str, outcomes: Mapping[str, Outcome]) -> None:
         pass  # no cache this time (an unwritable directory, another user's entry in a shared one)
 
 
-def _fields(detection: Detection) -> dict[str, Any]:
+def detection_fields(detection: Detection) -> dict[str, Any]:
     return {
         "available": detection.available,
         "reason": detection.reason,
@@ -487,161 +487,3 @@ def _fields(detection: Detection) -> dict[str, Any]:
         "chip": detection.chip,
         "details": dict(detection.details),
     }
-
-
-# -- the child side ---------------------------------------------------------------------------------
-def _child() -> int:
-    """Import, register and detect every requested plugin, one JSON line per step on the original stdout.
-
-    Detections run concurrently in daemon threads, all within one deadline (a Python-level hang is
-    reported by the child itself); with ``sequential`` one after the other, each its own step (after a
-    child was killed with several in flight, this tells which one held the GIL).
-    """
-    events = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    os.dup2(2, 1)  # the plugins' own output (print, C printf) goes where stderr goes, never into the events
-    sys.stdout = sys.stderr
-    request = json.loads(sys.stdin.read())
-    sys.path[:] = list(request["path"])
-    lock = threading.Lock()
-
-    def emit(**event: Any) -> None:
-        with lock:
-            events.write(json.dumps(event, default=str) + "\n")
-
-    _warm_up()
-    emit(e="ready")
-    deadline = float(request["deadline"])
-    pending: list[tuple[str, Any]] = []
-    for plugin in request["plugins"]:
-        specs = _import_and_register(plugin["name"], plugin["value"], emit)
-        pending += [(plugin["name"], spec) for spec in specs if spec.name not in plugin["skip"]]
-    if request.get("sequential"):
-        for plugin, spec in pending:
-            emit(e="start", plugin=plugin, stage="detect", device=spec.name)
-            emit(e="detected", plugin=plugin, device=spec.name, **_detect(spec))
-    elif pending:
-        emit(e="start", stage="detect-all", devices=[[plugin, spec.name] for plugin, spec in pending])
-        _detect_all(pending, deadline, emit)
-    for plugin in request["plugins"]:
-        emit(e="end", plugin=plugin["name"])
-    emit(e="done")
-    events.flush()
-    os._exit(0)  # a plugin's non-daemon threads or atexit handlers must not hold the child
-
-
-def _warm_up() -> None:
-    """Import and build what checking a plugin needs, so that its cost is not charged to the first plugin's deadline."""
-    import pluggy  # noqa: F401
-
-    from anydevice.device_spec import detection_problems
-
-    detection_problems(Detection.ok("warm-up"))
-
-
-def _import_and_register(name: str, value: str, emit: Any) -> list[Any]:
-    """Import one plugin and run its registration hook; its valid device declarations (none after a failure)."""
-    from importlib import metadata
-
-    import pluggy
-
-    from anydevice import hookspecs
-    from anydevice.device_spec import DeviceSpec, is_valid_name
-    from anydevice.guard import describe
-    from anydevice.registry import ENTRY_POINT_GROUP, load_entry_point
-
-    emit(e="start", plugin=name, stage="import")
-    try:
-        module = load_entry_point(metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP))
-    except BaseException as exc:
-        emit(e="failed", plugin=name, stage="import", error=describe(exc))
-        return []
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    try:
-        pm.register(module, name=name)
-    except BaseException:  # the parent validates the hooks and reports; nothing to run here
-        emit(e="registered", plugin=name)
-        return []
-    specs: list[object] = []
-    for impl in pm.hook.anydevice_register_devices.get_hookimpls():
-        emit(e="start", plugin=name, stage="register")
-        try:
-            wants = {"registry": _builtin_registry()} if "registry" in impl.argnames else {}
-            impl.function(register=specs.append, **wants)
-        except BaseException as exc:
-            emit(e="failed", plugin=name, stage="register", error=describe(exc))
-            return []
-    valid = [s for s in specs if isinstance(s, DeviceSpec) and is_valid_name(s.name)]  # the parent refuses the rest
-    values: dict[str, str | None] = {}
-    for spec in valid:
-        if isinstance(spec.environment, tuple):
-            values.update({v: os.environ.get(v) for v in spec.environment if isinstance(v, str)})
-    emit(e="registered", plugin=name, values=values)
-    return valid
-
-
-@functools.cache
-def _builtin_registry() -> Any:
-    """For a plugin whose registration hook takes the registry: the built-in devices (no third party here)."""
-    from importlib import metadata
-
-    from anydevice.registry import BUILTIN_DISTRIBUTION, ENTRY_POINT_GROUP, Registry, _distribution
-
-    builtins = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if _distribution(ep) == BUILTIN_DISTRIBUTION]
-    return Registry([(ep.name, ep.load(), BUILTIN_DISTRIBUTION) for ep in builtins]).load()
-
-
-def _detect(spec: Any) -> dict[str, Any]:
-    """One device's detection as the fields of a ``detected`` event."""
-    from anydevice.device_spec import detection_problems
-    from anydevice.guard import describe
-
-    try:
-        result = spec.detect()
-    except SystemExit as exc:
-        return {"kind": "exit", "error": describe(exc)}
-    except BaseException as exc:
-        return {"kind": "raised", "error": describe(exc)}
-    if not isinstance(result, Detection):
-        return {"kind": "raised", "error": f"TypeError: detect() returned {type(result).__name__}, not Detection"}
-    problems = detection_problems(result)
-    if problems:
-        return {"kind": "invalid", "error": "; ".join(problems)}
-    return {"detection": _fields(clean_detection(result))}
-
-
-def _detect_all(pending: list[tuple[str, Any]], deadline: float, emit: Any) -> None:
-    """Every detection at once, in daemon threads; each reported when it ends, the rest at the deadline."""
-    done: set[int] = set()
-
-    def run(index: int, plugin: str, spec: Any) -> None:
-        fields = _detect(spec)
-        with lock:
-            if index in done:
-                return
-            done.add(index)
-        emit(e="detected", plugin=plugin, device=spec.name, **fields)
-
-    lock = threading.Lock()
-    threads = [
-        threading.Thread(target=run, args=(i, plugin, spec), daemon=True, name=f"anydevice-detect-{plugin}")
-        for i, (plugin, spec) in enumerate(pending)
-    ]
-    for thread in threads:
-        thread.start()
-    until = time.monotonic() + deadline
-    for thread in threads:
-        thread.join(max(until - time.monotonic(), 0.0))
-    for i, (plugin, spec) in enumerate(pending):
-        with lock:
-            if i in done:
-                continue
-            done.add(i)
-        emit(e="detected", plugin=plugin, device=spec.name, kind="timeout", error=f"did not finish within {deadline:g} s")
-
-
-if __name__ == "__main__":
-    from anydevice import startup
-
-    startup.exempt()  # anydevice's own child: the cuda-compat start-up hook never enables here
-    raise SystemExit(_child())

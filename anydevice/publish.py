@@ -41,10 +41,9 @@ GRACE_S = 60.0
 """A ``.NAME.anydevice-new.<hex>`` (a temporary in the instant between its creation and its lock) is left alone this long."""
 
 STALE_AFTER_S = 3600.0
-"""Where locks do not work (``ENOLCK``), or for anydevice 0.2's names, a temporary this old is stale."""
+"""Where locks do not work (``ENOLCK``), a temporary this old is stale."""
 
 _OURS = re.compile(r"^\..+\.anydevice-(?P<kind>tmp|old|new)\.(?P<token>[0-9a-f]{16})$")
-_V02 = re.compile(r"^\..+\.\d+@[A-Za-z0-9._-]*\.[0-9a-f]{8}\.tmp$")  # anydevice 0.2's temporaries
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
@@ -89,7 +88,7 @@ def remove_stale_temps(place: Place) -> list[str]:
 
     A name matching ``.NAME.anydevice-tmp.<hex>`` is removed when its lock can be taken (a
     ``-new`` one only after :data:`GRACE_S`); where locks do not work, after :data:`STALE_AFTER_S`.
-    anydevice 0.2's ``.NAME.PID@HOST.TOKEN.tmp`` after :data:`STALE_AFTER_S`. A moved-aside
+    A moved-aside
     ``.NAME.anydevice-old.<hex>`` (only the two-rename fallback makes one) whose writer is dead is
     renamed back to ``NAME`` when nothing is there (the crash fell between the two renames), else
     deleted. Nothing else is touched.
@@ -115,9 +114,6 @@ def remove_stale_temps(place: Place) -> list[str]:
                     os.rename(name, original, src_dir_fd=place.fd, dst_dir_fd=place.fd)
                 else:
                     _remove(place.fd, name)
-                removed.append(name)
-            elif _V02.match(name) and now - os.stat(name, dir_fd=place.fd, follow_symlinks=False).st_mtime > STALE_AFTER_S:
-                _remove(place.fd, name)
                 removed.append(name)
         except OSError:
             continue  # cleaned by another saver first, published by its writer, or not ours to delete: best effort

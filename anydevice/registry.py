@@ -277,7 +277,7 @@ class Registry:
                 continue
             declared: list[object] = []
             try:
-                wants = {"registry": self} if "registry" in impl.argnames else {}  # hookspecs: optional argument
+                wants = {"registry": self.view()} if "registry" in impl.argnames else {}  # hookspecs: optional argument
                 self._call_while_loading(name, "register", functools.partial(impl.function, register=declared.append, **wants))
             except guard.PluginCallError as exc:
                 self._fail(name, "register", exc.error)
@@ -326,7 +326,7 @@ class Registry:
     def names(self) -> list[str]:
         """Device names, highest priority first."""
         self.load()
-        return [d.spec.name for d in sorted(self.devices.values(), key=lambda d: (-d.spec.priority, d.spec.name))]
+        return [d.spec.name for d in sorted(self.devices.values(), key=_auto_order)]
 
     def canonical(self, name: str) -> str | None:
         """The device name for a name or alias, or None when nobody provides it."""
@@ -334,6 +334,14 @@ class Registry:
         if name in self.devices:
             return name
         return self.aliases.get(name)
+
+    def spec(self, name: str) -> DeviceSpec:
+        """The declaration of device ``name`` (a canonical name)."""
+        return self.get(name).spec
+
+    def view(self) -> DevicesView:
+        """The read-only view of these devices that hooks receive."""
+        return DevicesView(self)
 
     def get(self, name: str) -> RegisteredDevice:
         """The registered device for a canonical name."""
@@ -473,6 +481,48 @@ def _by(owner: RegisteredDevice) -> str:
 
 _default: Registry | None = None
 _default_lock = threading.Lock()
+
+
+def builtin_registry() -> Registry:
+    """A loaded registry of the plugins anydevice ships, whatever ``ANYDEVICE_PLUGINS`` says (the one way to build it).
+
+    A built-in plugin that fails to import is recorded as a failure, as in any registry.
+    """
+    from importlib import metadata
+
+    builtins = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if _distribution(ep) == BUILTIN_DISTRIBUTION]
+    return Registry(plugins=[(ep.name, ep.load(), BUILTIN_DISTRIBUTION) for ep in sorted(builtins, key=lambda e: e.name)]).load()
+
+
+def builtin_plugin_settings() -> tuple[settings.Setting, ...]:
+    """The settings the built-in plugins' devices declare (``DeviceSpec.settings``), for the README table."""
+    registry = builtin_registry()
+    return tuple(s for n in registry.names() for s in registry.get(n).spec.settings)
+
+
+def _auto_order(device: RegisteredDevice) -> tuple[int, bool, str]:
+    """Highest priority first; at equal priority built-in devices first. The name only orders a listing:
+    ``auto`` refuses a tie between third-party devices (``selection``) rather than pick one by name."""
+    return (-device.spec.priority, not device.builtin, device.spec.name)
+
+
+class DevicesView:
+    """:class:`~anydevice.device_spec.Devices` over a :class:`Registry`: names and declarations, nothing to change."""
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+
+    def names(self) -> list[str]:
+        """Device names, highest priority first."""
+        return self._registry.names()
+
+    def canonical(self, name: str) -> str | None:
+        """The device name for a name or alias, or None."""
+        return self._registry.canonical(name)
+
+    def spec(self, name: str) -> DeviceSpec:
+        """The declaration of device ``name``."""
+        return self._registry.get(name).spec
 
 
 def get_registry() -> Registry:

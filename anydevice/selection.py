@@ -163,12 +163,40 @@ def _resolve_auto(request: Request, registry: Registry) -> Choice:
     for name in registry.names():
         detection = registry.detect(name)
         if detection.available:
+            _refuse_a_tie(name, registry)
             skipped = "; ".join(f"{n}: {w}" for n, w in rejected)
             why = f"auto: {name} is the available device with the highest priority" + (f" ({skipped})" if skipped else "")
             # not a fallback: auto names no device, so passing over unavailable ones is its normal work
             return Choice(name, None, detection, request.text, why, fell_back=False, rejected=tuple(rejected))
         rejected.append((name, detection.reason))
     raise NoDeviceAvailableError(request.text, rejected, [])
+
+
+def _refuse_a_tie(name: str, registry: Registry) -> None:
+    """``auto`` never picks between two available third-party devices of equal priority by their names.
+
+    A built-in device wins a tie with a third-party one (it is listed first); two third-party devices at
+    the top with the same priority are refused, naming both and the fix.
+    """
+    first = registry.get(name)
+    if first.builtin:
+        return
+    tied = [
+        other
+        for other in registry.names()
+        if other != name
+        and not registry.get(other).builtin
+        and registry.get(other).spec.priority == first.spec.priority
+        and registry.detect(other).available
+    ]
+    if tied:
+        names = ", ".join([name, *tied])
+        raise SelectionError(
+            f"auto cannot choose between {names}: each is available with priority {first.spec.priority}, and anydevice "
+            "does not break a tie by name.",
+            f"Select one with ANYDEVICE={name} (or ANYDEVICE={name},{tied[0]} for an order), "
+            "or give the plugins different priorities.",
+        )
 
 
 def _canonical_or_raise(name: str, registry: Registry) -> str:

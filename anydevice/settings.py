@@ -332,20 +332,39 @@ def validate() -> None:
     _integer(MASTER_PORT, 0, 65535)
 
 
+def _rank_number(setting: Setting, default: int) -> int:
+    value = setting.get()
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        from anydevice.errors import DistributedError
+
+        raise DistributedError(f"{setting.name}={value!r} is not an integer.", "Fix or unset it.") from None
+
+
+def rank() -> int:
+    """The global rank a launcher gave this process (``RANK``; 0 without a launcher)."""
+    return _rank_number(RANK, 0)
+
+
+def local_rank() -> int:
+    """The rank on this node a launcher gave this process (``LOCAL_RANK``; 0 without a launcher)."""
+    return _rank_number(LOCAL_RANK, 0)
+
+
+def world_size() -> int:
+    """The number of processes a launcher started (``WORLD_SIZE``; 1 without a launcher)."""
+    return _rank_number(WORLD_SIZE, 1)
+
+
 def allowed_plugins() -> frozenset[str] | None:
     """The plugin names ``ANYDEVICE_PLUGINS`` allows, or None for all."""
     value = ANYDEVICE_PLUGINS.get()
     if value is None:
         return None
     return frozenset(part.strip() for part in value.split(",") if part.strip())
-
-
-def builtin_plugin_settings() -> tuple[Setting, ...]:
-    """The settings the built-in plugins' devices declare (``DeviceSpec.settings``), for the README table."""
-    from anydevice.registry import Registry  # imported here: loading plugins is not a settings read
-
-    registry = Registry()
-    return tuple(s for n in registry.names() if registry.get(n).builtin for s in registry.get(n).spec.settings)
 
 
 def markdown_table(more: Iterable[Setting] = ()) -> str:

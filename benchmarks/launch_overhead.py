@@ -3,9 +3,12 @@
     ANYDEVICE=cpu python benchmarks/launch_overhead.py [--steps 20] [--rounds 4]
     ANYDEVICE=cpu python benchmarks/launch_overhead.py --single [--rounds 8]
 
-``--single``: the start-up ``anydevice run script.py`` adds to ``python script.py`` for a trivial
-script that imports torch and makes one tensor (benchmarks/trivial.py): each round runs both once,
-in rotated order; reported are the wall times and the paired difference. Writes
+``--single``: the start-up ``anydevice run script.py`` (one process: no torch and no elastic agent in
+the parent) and ``torchrun --nproc-per-node 1 script.py`` add to ``python script.py`` for a trivial
+script that imports torch and makes one tensor (benchmarks/trivial.py): each round runs the three
+once, in rotated order, after a discarded warm-up round; reported are the wall times and the paired
+differences (medians). Compiled bytecode is cached under a temporary ``PYTHONPYCACHEPREFIX`` (as an
+installed package has its ``.pyc``), also where ``PYTHONDONTWRITEBYTECODE`` is set. Writes
 benchmarks/results/launch_single.json.
 
 benchmarks/raw_ddp.py is plain torch (gloo, DistributedDataParallel): both launchers start it
@@ -52,9 +55,17 @@ TRIVIAL = Path(__file__).resolve().parent / "trivial.py"
 
 
 def single(rounds: int, out: Path | None) -> dict[str, Any]:
-    """``anydevice run trivial.py`` against ``python trivial.py``: wall seconds per round and the paired difference."""
-    env = {**os.environ, "ANYDEVICE_QUIET": "1"}
-    commands = {"python": [sys.executable, str(TRIVIAL)], "anydevice run": [str(BIN / "anydevice"), "run", str(TRIVIAL)]}
+    """``anydevice run`` and ``torchrun -n 1`` of trivial.py against ``python trivial.py``: walls and paired differences."""
+    import tempfile
+
+    cache = tempfile.mkdtemp(prefix="launch-single-pyc-")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update({"ANYDEVICE_QUIET": "1", "PYTHONPYCACHEPREFIX": cache})
+    commands = {
+        "python": [sys.executable, str(TRIVIAL)],
+        "anydevice run": [str(BIN / "anydevice"), "run", str(TRIVIAL)],
+        "torchrun -n 1": [str(BIN / "torchrun"), "--nproc-per-node", "1", str(TRIVIAL)],
+    }
 
     def one(cmd: list[str]) -> float:
         start = time.perf_counter()
@@ -65,7 +76,10 @@ def single(rounds: int, out: Path | None) -> dict[str, Any]:
         return wall
 
     wall = rotate.rotate({name: (lambda c=cmd: one(c)) for name, cmd in commands.items()}, rounds, discard=1)
-    extra = [a - p for a, p in zip(wall["anydevice run"], wall["python"], strict=True)]
+
+    def over_python(name: str) -> dict[str, float]:
+        return rotate.spread([a - p for a, p in zip(wall[name], wall["python"], strict=True)])
+
     result: dict[str, Any] = {
         "benchmark": "launch_single",
         "script": "benchmarks/trivial.py",
@@ -73,12 +87,14 @@ def single(rounds: int, out: Path | None) -> dict[str, Any]:
         "rounds": rounds,
         "device": os.environ.get("ANYDEVICE", "auto"),
         "summary": {name: rotate.spread(v) for name, v in wall.items()},
-        "anydevice_run_minus_python_s": rotate.spread(extra),
+        "anydevice_run_minus_python_s": over_python("anydevice run"),
+        "torchrun_minus_python_s": over_python("torchrun -n 1"),
     }
     summary = result["summary"]
     print(
-        f"python {summary['python']['median']:.2f} s, anydevice run {summary['anydevice run']['median']:.2f} s, "
-        f"difference {result['anydevice_run_minus_python_s']['median']:.2f} s (median of {rounds} paired rounds)"
+        f"python {summary['python']['median']:.2f} s, anydevice run {summary['anydevice run']['median']:.2f} s "
+        f"(+{result['anydevice_run_minus_python_s']['median']:.2f} s), torchrun -n 1 {summary['torchrun -n 1']['median']:.2f} s "
+        f"(+{result['torchrun_minus_python_s']['median']:.2f} s), medians of {rounds} paired rounds"
     )
     rotate.write("launch_single", result, out)
     return result

@@ -15,16 +15,16 @@ import itertools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anydevice.compat_matrix.claims import Source, mismatch, origin, short
 from anydevice.compat_matrix.probe import GROUPS
 from anydevice.compat_matrix.schema import BROKEN, SIMULATED, WORKING, ProbeResult, ResultFileError, Run, Status, load_run
+from anydevice.versions import TORCH_MINORS
 
 if TYPE_CHECKING:
-    from anydevice.compat_matrix.versions_table import LaneRecord, VersionCell
+    from anydevice.compat_matrix.versions_table import VersionCell
 
 # The probe groups in page order; groups a plugin adds follow, by name.
 PAGE_ORDER: tuple[str, ...] = ("sanity", "placement", "compilation", "collectives", "profiling", "workloads", "dtypes", "ops")
@@ -355,7 +355,7 @@ def tally(matrix: Matrix, column: Column, group: str | None = None) -> Tally:
 
 # -- the versions table ----------------------------------------------------------------
 
-TORCH_RANGE = ("2.9", "2.15")
+TORCH_RANGE = (TORCH_MINORS[0], TORCH_MINORS[-1])  # declared once, by anydevice.versions
 """The torch releases anydevice supports (README: "torch 2.9 to 2.15")."""
 
 
@@ -399,19 +399,9 @@ def supported_text(vendor_package: str | None, rule: object = None) -> str:
 
 def _builtin_devices() -> list[tuple[str, str, str | None, object, tuple[str, ...]]]:
     """``(plugin, device, vendor_package, pairing rule, paired packages)`` for every plugin anydevice itself ships."""
-    try:
-        dist = metadata.distribution("anydevice")
-    except metadata.PackageNotFoundError:
-        return []
-    from anydevice.registry import Registry
+    from anydevice.registry import builtin_registry
 
-    modules = []
-    for ep in sorted((e for e in dist.entry_points if e.group == "anydevice"), key=lambda e: e.name):
-        try:
-            modules.append((ep.name, ep.load(), "anydevice"))
-        except Exception:  # a plugin that cannot load is the registry's to report, not the page's
-            continue
-    registry = Registry(plugins=modules)  # the built-in plugins only, whatever ANYDEVICE_PLUGINS says
+    registry = builtin_registry()  # the built-in plugins only, whatever ANYDEVICE_PLUGINS says
     entries = sorted((registry.get(name) for name in registry.names()), key=lambda e: (e.plugin, e.spec.name))
     return [
         (
@@ -423,37 +413,6 @@ def _builtin_devices() -> list[tuple[str, str, str | None, object, tuple[str, ..
         )
         for e in entries
     ]
-
-
-def plugin_versions(
-    matrix: Matrix,
-    builtin: Iterable[tuple[str, str, str | None, object, tuple[str, ...]]] | None = None,
-    lanes: Sequence[LaneRecord] | None = None,
-) -> list[PluginVersions]:
-    """One row per plugin: every built-in one, plus any plugin a result file names.
-
-    Each row's ``cells`` say, per torch minor version, whether a test lane's record (``lanes``,
-    default: the committed ``compat_matrix/lanes/*.json``) or a result file ran it.
-    """
-    from anydevice.compat_matrix.versions_table import load_lanes, version_cells
-
-    rows: dict[str, PluginVersions] = {}
-    rules: dict[str, object] = {}
-    for plugin, device, vendor, rule, packages in _builtin_devices() if builtin is None else builtin:
-        row = rows.setdefault(plugin, PluginVersions(plugin, vendor_package=vendor, packages=packages))
-        row.devices.append(device)
-        rules.setdefault(plugin, rule)
-    for column in matrix.columns:
-        run = column.runs[0].run
-        row = rows.setdefault(run.plugin.name, PluginVersions(run.plugin.name, [run.hardware.device_type]))
-        if row.vendor_package is None and run.plugin.vendor_package:
-            row.vendor_package = run.plugin.vendor_package
-        row.columns.append(column)
-    records = load_lanes() if lanes is None else lanes
-    for row in rows.values():
-        row.supported = supported_text(row.vendor_package, rules.get(row.plugin))
-        row.cells = version_cells(row, records)
-    return sorted(rows.values(), key=lambda r: (not r.columns, r.plugin))
 
 
 def ran_pair(column: Column) -> str:

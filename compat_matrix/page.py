@@ -27,7 +27,6 @@ from anydevice.compat_matrix.merge import (
     Tally,
     build_matrix,
     cell_key,
-    plugin_versions,
     ran_pair,
     tally,
 )
@@ -44,6 +43,7 @@ from anydevice.compat_matrix.schema import (
     Status,
     shown,
 )
+from anydevice.compat_matrix.versions_table import plugin_versions
 from anydevice.errors import FileAccessError
 from anydevice.safe_files import Recognise, check_replaceable, read_bytes, write_bytes
 

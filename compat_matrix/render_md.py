@@ -11,9 +11,10 @@ import re
 
 from anydevice.compat_matrix import claims
 from anydevice.compat_matrix.claims import origin
-from anydevice.compat_matrix.merge import DISAGREE, Cell, Column, Diff, Matrix, Tally, plugin_versions, ran_pair, tally
+from anydevice.compat_matrix.merge import DISAGREE, Cell, Column, Diff, Matrix, Tally, ran_pair, tally
 from anydevice.compat_matrix.runner import reproduce_command
 from anydevice.compat_matrix.schema import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING, Status, shown
+from anydevice.compat_matrix.versions_table import plugin_versions
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|#!~])")
 

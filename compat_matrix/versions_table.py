@@ -29,9 +29,9 @@ from typing import Literal
 from anydevice.compat_matrix.merge import (
     TORCH_RANGE,
     Column,
+    Matrix,
     PluginVersions,
     _builtin_devices,
-    plugin_versions,
     ran_pair,
     supported_text,
 )
@@ -302,6 +302,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"{args.out}: {record.lane} {record.outcome} on torch {record.torch}", file=sys.stderr)
     return 0
+
+
+def plugin_versions(
+    matrix: Matrix,
+    builtin: Iterable[tuple[str, str, str | None, object, tuple[str, ...]]] | None = None,
+    lanes: Sequence[LaneRecord] | None = None,
+) -> list[PluginVersions]:
+    """One row per plugin: every built-in one, plus any plugin a result file names.
+
+    Each row's ``cells`` say, per torch minor version, whether a test lane's record (``lanes``,
+    default: the committed ``compat_matrix/lanes/*.json``) or a result file ran it.
+    """
+    rows: dict[str, PluginVersions] = {}
+    rules: dict[str, object] = {}
+    for plugin, device, vendor, rule, packages in _builtin_devices() if builtin is None else builtin:
+        row = rows.setdefault(plugin, PluginVersions(plugin, vendor_package=vendor, packages=packages))
+        row.devices.append(device)
+        rules.setdefault(plugin, rule)
+    for column in matrix.columns:
+        run = column.runs[0].run
+        row = rows.setdefault(run.plugin.name, PluginVersions(run.plugin.name, [run.hardware.device_type]))
+        if row.vendor_package is None and run.plugin.vendor_package:
+            row.vendor_package = run.plugin.vendor_package
+        row.columns.append(column)
+    records = load_lanes() if lanes is None else lanes
+    for row in rows.values():
+        row.supported = supported_text(row.vendor_package, rules.get(row.plugin))
+        row.cells = version_cells(row, records)
+    return sorted(rows.values(), key=lambda r: (not r.columns, r.plugin))
 
 
 if __name__ == "__main__":

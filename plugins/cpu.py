@@ -7,9 +7,7 @@ import platform
 from collections.abc import Callable
 from pathlib import Path
 
-from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
-from anydevice.hookspecs import hookimpl
-from anydevice.shims.contracts import Shims
+from anydevice.plugin import Detection, DeviceSpec, Hardware, Launch, Serving, Shims, hookimpl
 
 
 def chip() -> str | None:
@@ -28,17 +26,16 @@ def detect() -> Detection:
 
 
 def load() -> Shims:
-    from anydevice.shims.eager import EagerVendor, eager_shims
+    from anydevice.plugin import CollectivesTable, CompileTable, EagerVendor, PlacementTable, ProfilingTable, eager_shims
 
     return eager_shims(
         EagerVendor(
-            device_type="cpu",
-            host=True,  # one device, no index; set_device and synchronize are torch.cpu's no-ops
-            compile_backend="inductor",  # needs a C++ compiler
-            dist_backend="gloo",
-            chip=chip,
-            peak_tflops={},  # no trustworthy per-model CPU peak: MFU stays unknown
-            no_memory_stats_reason="torch's CPU allocator keeps no statistics",
+            "cpu",
+            # the host itself: one device, no index, no pinned memory; set_device and synchronize are torch.cpu's no-ops
+            placement=PlacementTable(host=True, no_memory_stats_reason="torch's CPU allocator keeps no statistics"),
+            compile=CompileTable(inductor=True),  # needs a C++ compiler
+            collectives=CollectivesTable(backend="gloo"),
+            profiling=ProfilingTable(chip=chip),  # no peak table: no trustworthy per-model CPU peak, MFU stays unknown
         )
     )
 
@@ -58,7 +55,8 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             detect=detect,
             load=load,
             priority=0,
-            hardware=Hardware(pjrt_names=("CPU",), host=True),  # ranks share the cores: `run -n` allows 4 per core
+            hardware=Hardware(pjrt_names=("CPU",)),
+            launch=Launch(ranks="per_core"),  # ranks share the cores: `run -n` allows 4 per core
             serving=SERVING,
         )
     )

@@ -6,16 +6,13 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anydevice import detect as d
-from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
-from anydevice.hookspecs import hookimpl
-from anydevice.settings import Setting
-from anydevice.shims.contracts import Shims
+from anydevice.plugin import Detection, DeviceSpec, Hardware, Serving, Setting, Shims, hookimpl
+from anydevice.plugin import detection as d
 
 if TYPE_CHECKING:
     import torch
 
-    from anydevice.diagnosis import Check, DoctorContext
+    from anydevice.plugin import Check, DoctorContext
 
 NAME = "cuda"
 NODE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd")
@@ -138,17 +135,16 @@ def _versions() -> dict[str, str]:
 
 
 def load() -> Shims:
-    from anydevice.shims.eager import EagerVendor, eager_shims
+    from anydevice.plugin import CollectivesTable, CompileTable, EagerVendor, PlacementTable, ProfilingTable, eager_shims
 
     return eager_shims(
         EagerVendor(
-            device_type="cuda",
-            compile_backend="inductor",
-            dist_backend="nccl",  # RCCL under the same name on ROCm
-            autocast_dtype=_autocast_dtype,
-            profiler_activities=("CUDA",),  # kineto's CUDA activity records HIP kernels on ROCm too
-            chip=chip,
-            peak_tflops=PEAK_BF16_TFLOPS,
+            "cuda",
+            placement=PlacementTable(autocast_dtype=_autocast_dtype),
+            compile=CompileTable(inductor=True),
+            collectives=CollectivesTable(backend="nccl"),  # RCCL under the same name on ROCm
+            # kineto's CUDA activity records HIP kernels on ROCm too
+            profiling=ProfilingTable(activities=("CUDA",), chip=chip, peak_tflops=PEAK_BF16_TFLOPS),
             versions=_versions,
         )
     )
@@ -185,7 +181,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
 @hookimpl
 def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
     """``CUDA_VISIBLE_DEVICES`` that hides every GPU: fails when cuda is asked for, warns on a GPU machine."""
-    from anydevice.diagnosis import Check
+    from anydevice.plugin import Check
 
     name = CUDA_VISIBLE_DEVICES.name
     value = os.environ.get(name)

@@ -6,9 +6,7 @@ import platform
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anydevice.device_spec import Detection, DeviceSpec, Serving
-from anydevice.hookspecs import hookimpl
-from anydevice.shims.contracts import Shims
+from anydevice.plugin import Detection, DeviceSpec, Launch, Serving, Shims, hookimpl
 
 if TYPE_CHECKING:
     import torch
@@ -49,17 +47,15 @@ def _memory(index: int) -> dict[str, int]:
 
 
 def load() -> Shims:
-    from anydevice.shims.eager import EagerVendor, eager_shims
+    from anydevice.plugin import CollectivesTable, CompileTable, EagerVendor, PlacementTable, ProfilingTable, eager_shims
 
     return eager_shims(
         EagerVendor(
-            device_type="mps",
-            dist_backend="gloo",
-            autocast_dtype=_autocast_dtype,
-            profiler_activities=("MPS",),  # skipped where this torch's profiler lacks it
-            launcher="single-process",
-            fsdp=False,
-            memory_stats=_memory,
+            "mps",
+            placement=PlacementTable(autocast_dtype=_autocast_dtype, memory_stats=_memory),
+            compile=CompileTable(inductor=True),
+            collectives=CollectivesTable(backend="gloo", fsdp=False),
+            profiling=ProfilingTable(activities=("MPS",)),  # skipped where this torch's profiler lacks it
         )
     )
 
@@ -80,6 +76,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             detect=detect,
             load=load,
             priority=60,
+            launch=Launch(launcher="single-process"),  # one process drives the GPU
             # the vendor table above says fsdp=False: wrap(model, "fsdp") raises UnsupportedFeatureError
             unsupported={"fsdp_step": "FSDP2 is not offered on mps (the eager table sets fsdp=False); use wrap(model, 'ddp')."},
             serving=SERVING,

@@ -16,17 +16,26 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from anydevice import detect as d
-from anydevice import settings, versions
-from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
-from anydevice.hookspecs import hookimpl
-from anydevice.settings import Setting
-from anydevice.shims import lazy_xla
-from anydevice.shims.contracts import Shims
-from anydevice.shims.lazy_xla import PJRT_DEVICE, XlaVendor
+from anydevice.plugin import (
+    Detection,
+    DeviceSpec,
+    Hardware,
+    Launch,
+    Serving,
+    Setting,
+    Shims,
+    XlaVendor,
+    hookimpl,
+    lazy_xla,
+    settings,
+    versions,
+)
+from anydevice.plugin import detection as d
+
+PJRT_DEVICE = lazy_xla.PJRT_DEVICE
 
 if TYPE_CHECKING:
-    from anydevice.diagnosis import Check, DoctorContext
+    from anydevice.plugin import Check, DoctorContext
 
 DISTRIBUTION = "torch-neuronx"
 NATIVE_SINCE = (2, 10)
@@ -175,6 +184,10 @@ def _launch_env(local_rank: int, local_world_size: int) -> Mapping[str, str]:
     return rank_cores(local_rank)
 
 
+LAUNCH = Launch(env=_launch_env)
+"""One NeuronCore per rank, on both the native and the XLA path (``anydevice run`` reads it without the shims)."""
+
+
 def _memory(index: int) -> dict[str, int]:
     import torch_neuronx
 
@@ -196,23 +209,23 @@ def _load_native() -> Shims:
     import torch  # noqa: F401  first: torch's backend autoload may import torch_neuronx itself
     import torch_neuronx  # noqa: F401  registers the 'neuron' device, dist backend and compile backend
 
-    from anydevice.shims.eager import EagerVendor, eager_shims
+    from anydevice.plugin import CollectivesTable, CompileTable, EagerVendor, PlacementTable, ProfilingTable, eager_shims
 
     return eager_shims(
         EagerVendor(
-            device_type="neuron",
-            device_module_first=True,  # the documented calls: torch.neuron.synchronize(), device_count()
-            compile_backend="neuron",
-            compile_defaults={"dynamic": False},  # dynamic=True is rejected by the neuron backend
-            compile_cache_env=TORCH_NEURONX_NEFF_CACHE_DIR.name,
-            dist_backend="neuron",
-            launch_env=_launch_env,
-            profiler_activities=("PrivateUse1",),
-            profiler_config=_profiler_config,
-            profiler_viewer=PERFETTO_NTFF,
-            chip=chip,
-            peak_tflops=PEAK_BF16_TFLOPS,
-            memory_stats=_memory,
+            "neuron",
+            # the documented calls: torch.neuron.synchronize(), device_count()
+            placement=PlacementTable(device_module_first=True, memory_stats=_memory),
+            # dynamic=True is rejected by the neuron backend
+            compile=CompileTable(backend="neuron", defaults={"dynamic": False}, cache_env=TORCH_NEURONX_NEFF_CACHE_DIR.name),
+            collectives=CollectivesTable(backend="neuron"),
+            profiling=ProfilingTable(
+                activities=("PrivateUse1",),
+                config=_profiler_config,
+                viewer=PERFETTO_NTFF,
+                chip=chip,
+                peak_tflops=PEAK_BF16_TFLOPS,
+            ),
             versions=_versions,
         )
     )
@@ -226,7 +239,6 @@ def xla_vendor() -> XlaVendor:
         chip=chip,
         peak_tflops=PEAK_BF16_TFLOPS,
         persistent_cache=False,  # neuronx-cc keeps its own NEFF cache (NEURON_CC_FLAGS --cache_dir)
-        launch_env=lambda rank, size: dict(rank_cores(rank)),
         lockstep=("torch_xla", DISTRIBUTION),
         versions=_versions,
     )
@@ -261,6 +273,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             paired_packages={DISTRIBUTION: pair_rule, "torch_xla": "lockstep"},
             settings=NEURON_SETTINGS,
             hardware=Hardware(pjrt_names=("NEURON",), scan=neuron_devices, ray_resource="neuron_cores"),
+            launch=LAUNCH,
             serving=SERVING,
         )
     )
@@ -269,7 +282,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
 @hookimpl
 def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
     """``NEURON_RT_VISIBLE_CORES``: a core list (``0``, ``0-3``, ``0,2``) that agrees with ``NEURON_RT_NUM_CORES``."""
-    from anydevice.diagnosis import Check
+    from anydevice.plugin import Check
 
     value = NEURON_RT_VISIBLE_CORES.get()
     if value is None:

@@ -15,14 +15,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from anydevice import detect as d
-from anydevice import versions
-from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
 from anydevice.errors import DeviceUnavailableError
-from anydevice.hookspecs import hookimpl
-from anydevice.shims import lazy_xla
-from anydevice.shims.contracts import Shims
-from anydevice.shims.lazy_xla import XlaVendor
+from anydevice.plugin import Detection, DeviceSpec, Hardware, Launch, Serving, Shims, XlaVendor, hookimpl, lazy_xla, versions
+from anydevice.plugin import detection as d
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 TPU_DEVICE_IDS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "v7"}
@@ -105,7 +100,7 @@ def _chip() -> str | None:
 def _profiler_config(directory: Path) -> Any:
     import torch
 
-    from anydevice.distributed import rank
+    from anydevice.plugin import rank
 
     config = torch.tpu.profiler.TpuProfilerConfig  # type: ignore[attr-defined]
     return config(run_dir=str(directory), worker_rank=str(rank()))
@@ -121,7 +116,15 @@ def _tpu_launch_env(local_world_size: int) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if before.get(k) != v}
 
 
+def _launcher() -> str:
+    """TorchTPU: ``set_tpu_launch_env`` in the parent (:func:`_launch_env`), then spawn (fork raises); torch_xla: torchrun."""
+    return "spawn" if d.installed("torch_tpu") else "torchrun"
+
+
 def _launch_env(local_rank: int, local_world_size: int) -> dict[str, str]:
+    if not d.installed("torch_tpu"):
+        return {}
+    load_torch_tpu()
     return _tpu_launch_env(local_world_size)
 
 
@@ -133,7 +136,7 @@ def _load_native() -> Shims:
     load_torch_tpu()
     import torch
 
-    from anydevice.shims.eager import EagerVendor, eager_shims
+    from anydevice.plugin import CollectivesTable, CompileTable, EagerVendor, ProfilingTable, eager_shims
 
     accel = torch.accelerator.current_accelerator()  # torch.tpu.is_available() etc. raise by design
     if accel is None or accel.type != "tpu":
@@ -142,16 +145,11 @@ def _load_native() -> Shims:
         )
     return eager_shims(
         EagerVendor(
-            device_type="tpu",
-            compile_backend="tpu",  # torch_tpu rejects inductor on TPU inputs
-            dist_backend="tpu",
-            launcher="spawn",  # set_tpu_launch_env in the parent (launch_env), then spawn: fork raises
-            launch_env=_launch_env,
-            profiler_config=_profiler_config,
-            profiler_viewer=XPROF,
-            chip=_chip,
-            peak_tflops=PEAK_BF16_TFLOPS,
-            compile_cache_env=None,  # torch_tpu 0.2.0 documents no persistent compile cache location
+            "tpu",
+            # torch_tpu rejects inductor on TPU inputs; 0.2.0 documents no persistent compile cache location
+            compile=CompileTable(backend="tpu"),
+            collectives=CollectivesTable(backend="tpu"),
+            profiling=ProfilingTable(config=_profiler_config, viewer=XPROF, chip=_chip, peak_tflops=PEAK_BF16_TFLOPS),
             versions=_versions,
         )
     )
@@ -213,6 +211,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             paired_packages=PAIRED_PACKAGES,
             settings=(lazy_xla.PJRT_DEVICE,),  # the torch_xla fallback's runtime
             hardware=Hardware(pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU"),
+            launch=Launch(launcher=_launcher, env=_launch_env),
             serving=serving(),
         )
     )

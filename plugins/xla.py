@@ -12,24 +12,26 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anydevice import detect as d
-from anydevice import versions
-from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
-from anydevice.hookspecs import hookimpl
-from anydevice.shims.contracts import Shims
-from anydevice.shims.lazy_xla import (
-    LAST_TORCH,
-    PJRT_DEVICE,
-    PJRT_DEVICES,
+from anydevice.plugin import (
+    Detection,
+    DeviceSpec,
+    Hardware,
+    Launch,
+    Serving,
+    Shims,
     XlaVendor,
-    requested_pjrt_device,
-    torch_xla_ended,
+    hookimpl,
+    lazy_xla,
+    versions,
     xla_shims,
 )
+from anydevice.plugin import detection as d
 
 if TYPE_CHECKING:
-    from anydevice.diagnosis import Check, DoctorContext
-    from anydevice.registry import Registry
+    from anydevice.plugin import Check, Devices, DoctorContext
+
+LAST_TORCH, PJRT_DEVICE, PJRT_DEVICES = lazy_xla.LAST_TORCH, lazy_xla.PJRT_DEVICE, lazy_xla.PJRT_DEVICES
+requested_pjrt_device, torch_xla_ended = lazy_xla.requested_pjrt_device, lazy_xla.torch_xla_ended
 
 NAME = "xla"
 HOST = "CPU"
@@ -77,16 +79,16 @@ def end_fix() -> str:
     return f"{native}; torch_xla itself only beside torch {LAST}: pip install torch==2.9.0 torch_xla==2.9.0"
 
 
-def owner(pjrt: str, registry: Registry) -> tuple[str, Hardware] | None:
+def owner(pjrt: str, registry: Devices) -> tuple[str, Hardware] | None:
     """The device of ``registry`` whose hardware ``PJRT_DEVICE=pjrt`` names (``Hardware.pjrt_names``), and that section."""
     for name in registry.names():
-        hardware = registry.get(name).spec.hardware
+        hardware = registry.spec(name).hardware
         if name != NAME and hardware is not None and pjrt in hardware.pjrt_names:
             return name, hardware
     return None
 
 
-def hardware_present(pjrt: str, registry: Registry) -> tuple[bool, str]:
+def hardware_present(pjrt: str, registry: Devices) -> tuple[bool, str]:
     """Whether the PJRT runtime's hardware is present, and what was seen: the owning plugin's cheap scan."""
     if pjrt == HOST:
         return True, "the host CPU"
@@ -99,14 +101,14 @@ def hardware_present(pjrt: str, registry: Registry) -> tuple[bool, str]:
     return bool(found), seen
 
 
-def ray_resource(registry: Registry) -> str | None:
+def ray_resource(registry: Devices) -> str | None:
     """The Ray resource of the hardware behind ``PJRT_DEVICE`` (the owning device's), None on PJRT CPU."""
     found_owner = owner(requested_pjrt_device(HOST), registry)
     resource = found_owner[1].ray_resource if found_owner is not None else None
     return resource() if callable(resource) else resource
 
 
-def detect(registry: Registry) -> Detection:
+def detect(registry: Devices) -> Detection:
     pair = versions.check_pair("torch_xla", "lockstep")
     if pair is None:
         torch = d.torch_version()
@@ -142,9 +144,11 @@ def vendor() -> XlaVendor:
 
 
 def prepare_environment() -> None:
-    from anydevice.shims.lazy_xla import prepare_environment as prepare
+    lazy_xla.prepare_environment(vendor())
 
-    prepare(vendor())
+
+def _launch_env(local_rank: int, local_world_size: int) -> dict[str, str]:
+    return lazy_xla.check_processes(vendor(), local_world_size)
 
 
 def load() -> Shims:
@@ -159,7 +163,7 @@ SERVING = {
 
 
 @hookimpl
-def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry: Registry) -> None:
+def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry: Devices) -> None:
     register(
         DeviceSpec(
             name=NAME,
@@ -173,6 +177,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry:
             paired_packages={"torch_xla": "lockstep"},
             settings=(PJRT_DEVICE,),
             hardware=Hardware(ray_resource=functools.partial(ray_resource, registry)),
+            launch=Launch(env=_launch_env),  # refuses several processes on PJRT CPU
             serving=SERVING,
         )
     )
@@ -181,7 +186,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry:
 @hookimpl
 def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
     """``PJRT_DEVICE`` against the selection: it must name the hardware of the device selected (unless xla)."""
-    from anydevice.diagnosis import Check
+    from anydevice.plugin import Check
 
     name = PJRT_DEVICE.name
     value = (PJRT_DEVICE.get() or "").upper()
@@ -193,7 +198,7 @@ def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
         if device == NAME:
             return [Check(name, "ok", f"{name}={value} picks the runtime of the {NAME} device")]
         canonical = context.registry.canonical(device)
-        hardware = context.registry.get(canonical).spec.hardware if canonical else None
+        hardware = context.registry.spec(canonical).hardware if canonical else None
         wanted = hardware.pjrt_names if hardware is not None else ()
         if wanted and value not in wanted:
             how = f"ANYDEVICE={context.requested} selects {device}" if explicit else f"ANYDEVICE=auto picked {device}"

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from anydevice import detect as d
-from anydevice.device_spec import Detection, DeviceSpec, Serving
-from anydevice.hookspecs import hookimpl
-from anydevice.shims.contracts import Shims
+from anydevice.plugin import Detection, DeviceSpec, Serving, Shims, hookimpl
+from anydevice.plugin import detection as d
 
 INTEL_PCI_VENDOR = "0x8086"
 
@@ -55,14 +53,14 @@ def chip() -> str | None:
 
 
 def load() -> Shims:
-    from anydevice.shims.eager import EagerVendor, eager_shims
+    from anydevice.plugin import CollectivesTable, CompileTable, EagerVendor, ProfilingTable, eager_shims
 
     return eager_shims(
         EagerVendor(
-            device_type="xpu",
-            dist_backend="xccl",
-            profiler_activities=("XPU",),
-            chip=chip,  # no peak table: Intel publishes no dense bf16 figure per SKU we could verify
+            "xpu",
+            compile=CompileTable(inductor=True),
+            collectives=CollectivesTable(backend="xccl"),
+            profiling=ProfilingTable(activities=("XPU",), chip=chip),  # no peak table: no verified dense bf16 figure per SKU
         )
     )
 

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from anydevice.distributed import local_rank as local_rank  # the one rank helper (core's); shims.cuda_compat imports it here
+from anydevice.settings import local_rank as local_rank  # the one rank reader; shims.cuda_compat imports it here
 
 T = TypeVar("T")
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from anydevice.shims.trace_session import TraceSession as TraceSession
+
 if TYPE_CHECKING:
     from types import ModuleType
 
@@ -92,7 +94,7 @@ class Placement:
         """The torch.device for ``index`` (None: the process's default, local-rank aware)."""
         import torch
 
-        from anydevice.distributed import local_rank
+        from anydevice.settings import local_rank
 
         if index is None:
             count = self.device_count()
@@ -215,8 +217,6 @@ class Collectives:
     backend: str = ""
     """The ``torch.distributed`` backend; empty: torch's default for :attr:`device_type` (``gloo``, ``nccl``, ...)."""
     init_method: str = "env://"
-    launcher: str = "torchrun"
-    """The name of the launcher ``anydevice run`` uses for N processes (``torchrun``, ``spawn``, ``single-process``)."""
     lacking_reduce_ops: frozenset[str] = frozenset()
     """``torch.distributed.ReduceOp`` names the process group rejects (``{"AVG"}`` on torch_xla).
     ``anydevice.distributed`` emulates ``AVG`` (sum, then divide) and refuses the others clearly."""
@@ -231,10 +231,6 @@ class Collectives:
         self.device_type = self.mesh_device_type = placement.device_type
         if not self.backend:
             self.backend = default_dist_backend(self.device_type)
-
-    def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
-        """Extra environment a launcher sets for one local rank (e.g. visible cores); none by default."""
-        return {}
 
     def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
         """Wrap ``model`` for data parallelism: ``ddp`` or ``fsdp`` (``anydevice.distributed.wrap`` checked the name)."""
@@ -259,19 +255,6 @@ def default_dist_backend(device_type: str) -> str:
         return str(dist.get_default_backend_for_device(device_type))
     except (AttributeError, RuntimeError, ValueError):  # torch < 2.6, or a device torch maps to no backend
         return "gloo"
-
-
-@dataclass
-class TraceSession:
-    """An active or finished profiler trace: where it writes, what it wrote, how to view it."""
-
-    directory: Path
-    viewer: str
-    files: list[Path] = field(default_factory=list)
-    tool: str = ""
-
-    def step(self) -> None:
-        """Advance the profiler schedule by one step (``ad.step()`` calls it)."""
 
 
 class Profiling:

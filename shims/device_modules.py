@@ -45,16 +45,16 @@ def _cpu_seed(seed: int) -> None:
 
 def eager_device_module(placement: EagerPlacement) -> Any:
     """``torch.<device>`` where it is a complete ``torch.cuda``-shaped module, else a DeviceModule."""
-    vendor = placement.vendor
-    native = _torch_module(vendor.device_type)
+    device_type = placement.device_type
+    native = _torch_module(device_type)
     if native is not None and all(callable(getattr(native, name, None)) for name in SURFACE):
         return native
-    cpu = vendor.device_type == "cpu"
+    cpu = placement.host  # declared by the plugin (PlacementTable.host), never inferred from the device type
     return DeviceModule(
-        vendor.device_type,
+        device_type,
         placement,
         seed=_cpu_seed if cpu or native is None or not hasattr(native, "manual_seed") else native.manual_seed,
-        chip=vendor.chip,
+        chip=placement.vendor.profiling.chip,
         native=native,
         total_memory=_host_memory if cpu else lambda: placement.memory_stats().get("total_bytes"),
         cache_note=NO_CACHE if cpu else None,

@@ -4,7 +4,7 @@ A plugin describes its device with an :class:`EagerVendor` table; :func:`eager_s
 it into :class:`~anydevice.shims.contracts.Shims`. Where ``torch.accelerator`` does not cover
 the device (the host CPU, or an accelerator that is not torch's current one) the per-device
 module (``torch.cpu``, ``torch.cuda``, ``torch.xpu``, ...) is used instead. The cpu plugin is a
-table like the others (``host=True``).
+table like the others (``PlacementTable(host=True)``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 import torch
 
 from anydevice import settings
-from anydevice.shims import common, compile_options
+from anydevice.errors import UnsupportedFeatureError
+from anydevice.shims import common
 from anydevice.shims.common import Prefetcher
 from anydevice.shims.contracts import (
     Collectives,
@@ -39,39 +40,172 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class EagerVendor:
-    """What differs between eager devices: a table of the vendor's names and calls."""
+class PlacementTable:
+    """Placement facts of an eager device (one section of :class:`EagerVendor`)."""
 
-    device_type: str
-    compile_backend: str = "inductor"
-    dist_backend: str = ""
-    """The process-group backend; empty: torch's default for the device type."""
+    host: bool = False
+    """The device is the host CPU itself: ``device()`` has no index, copies to it are synchronous."""
+    pinned_memory: bool = True
+    """Page-locked host memory exists for copies to the device (never on the host itself)."""
     autocast_dtype: Callable[[], torch.dtype] = lambda: torch.bfloat16
-    profiler_activities: tuple[str, ...] = ()
-    profiler_config: Callable[[Path], Any] | None = None
+    memory_stats: Callable[[int], Mapping[str, int]] | None = None
+    """Allocator counters for a device index; None: ``torch.accelerator``'s where it drives the device."""
+    no_memory_stats_reason: str = "this device's runtime reports no allocator statistics"
+    device_module_first: bool = False
+    """Use ``torch.<device_type>`` (count, set_device, synchronize) even where ``torch.accelerator`` matches."""
+
+
+@dataclass(frozen=True)
+class CompileTable:
+    """How ``torch.compile`` runs on an eager device (one section of :class:`EagerVendor`).
+
+    Inductor is a declaration, never assumed: only with ``inductor=True`` does the device get inductor's
+    backend, cache variable and options as defaults. A device without inductor names its own ``backend``;
+    with neither, ``ad.compile`` raises naming the device and this table.
+    """
+
+    inductor: bool = False
+    """torch's inductor generates code for this device type (cpu, cuda, xpu, mps, or a backend that registered it)."""
+    backend: str | None = None
+    """The ``torch.compile`` backend; None: ``inductor`` when :attr:`inductor`, else none (compiling is refused)."""
+    cache_env: str | None = None
+    """The variable the compiler reads for its cache directory (set under ``ANYDEVICE_CACHE_DIR``);
+    None: ``TORCHINDUCTOR_CACHE_DIR`` with inductor, else no persistent cache."""
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    """``torch.compile`` keywords applied unless the caller passes them (``{"dynamic": False}``)."""
+    options: frozenset[str] | None = None
+    """``torch.compile`` keywords the backend understands (others raise naming the option and the device);
+    None: all of them."""
+
+    def resolved_backend(self) -> str | None:
+        """The backend in effect: the declared one, else ``inductor`` where the device has it."""
+        return self.backend if self.backend is not None else ("inductor" if self.inductor else None)
+
+    def resolved_cache_env(self) -> str | None:
+        """The cache variable in effect: the declared one, else inductor's where the device has inductor."""
+        return self.cache_env if self.cache_env is not None else (INDUCTOR_CACHE_ENV if self.inductor else None)
+
+
+@dataclass(frozen=True)
+class CollectivesTable:
+    """Process groups and wrapping on an eager device (one section of :class:`EagerVendor`)."""
+
+    backend: str = ""
+    """The process-group backend; empty: torch's default for the device type."""
+    fsdp: bool = True
+
+
+@dataclass(frozen=True)
+class ProfilingTable:
+    """Traces, the chip and its peak on an eager device (one section of :class:`EagerVendor`)."""
+
+    activities: tuple[str, ...] = ()
+    """``torch.profiler`` activities besides CPU (``("PrivateUse1",)``, ``("CUDA",)``)."""
+    config: Callable[[Path], Any] | None = None
+    viewer: str | None = None
+    """How to open the vendor's trace files, when not Perfetto (e.g. TensorBoard / XProf)."""
     chip: Callable[[], str | None] = lambda: None
     peak_tflops: Mapping[str, float] = field(default_factory=dict)
     """Dense bf16/fp16 TFLOP/s per chip name; a chip not in the table has no peak."""
-    launcher: str = "torchrun"
-    fsdp: bool = True
-    compile_cache_env: str | None = "TORCHINDUCTOR_CACHE_DIR"
-    """The variable the compiler reads for its cache directory (set under ``ANYDEVICE_CACHE_DIR``); None: no cache."""
-    compile_defaults: Mapping[str, Any] = field(default_factory=dict)
-    compile_options: frozenset[str] = compile_options.INDUCTOR
-    """``torch.compile`` keywords the backend understands; others raise naming the option and the device."""
-    memory_stats: Callable[[int], Mapping[str, int]] | None = None
-    no_memory_stats_reason: str = "this device's runtime reports no allocator statistics"
-    versions: Callable[[], dict[str, str]] = lambda: {}
-    launch_env: Callable[[int, int], Mapping[str, str]] | None = None
-    """Extra variables a launcher sets for ``(local_rank, local_world_size)`` (e.g. Neuron's visible cores)."""
-    profiler_viewer: str | None = None
-    """How to open the vendor's trace files, when not Perfetto (e.g. TensorBoard / XProf)."""
-    device_module_first: bool = False
-    """Use ``torch.<device_type>`` (count, set_device, synchronize) even where ``torch.accelerator`` matches."""
-    host: bool = False
-    """The device is the host itself: ``device()`` has no index, copies to it are synchronous."""
-    pinned_memory: bool = True
-    """Page-locked host memory exists for copies to the device (never on the host itself)."""
+
+
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+_FLAT: dict[str, tuple[str, str]] = {
+    # the 0.3 flat keyword -> (section, field); accepted for one release with a DeprecationWarning
+    "compile_backend": ("compile", "backend"),
+    "dist_backend": ("collectives", "backend"),
+    "autocast_dtype": ("placement", "autocast_dtype"),
+    "profiler_activities": ("profiling", "activities"),
+    "profiler_config": ("profiling", "config"),
+    "chip": ("profiling", "chip"),
+    "peak_tflops": ("profiling", "peak_tflops"),
+    "fsdp": ("collectives", "fsdp"),
+    "compile_cache_env": ("compile", "cache_env"),
+    "compile_defaults": ("compile", "defaults"),
+    "compile_options": ("compile", "options"),
+    "memory_stats": ("placement", "memory_stats"),
+    "no_memory_stats_reason": ("placement", "no_memory_stats_reason"),
+    "versions": ("", "versions"),
+    "profiler_viewer": ("profiling", "viewer"),
+    "device_module_first": ("placement", "device_module_first"),
+    "host": ("placement", "host"),
+    "pinned_memory": ("placement", "pinned_memory"),
+}
+_SECTIONS = {"placement": PlacementTable, "compile": CompileTable, "collectives": CollectivesTable, "profiling": ProfilingTable}
+
+
+@dataclass(frozen=True, init=False)
+class EagerVendor:
+    """What differs between eager devices: the device type and one table per shim.
+
+    ``EagerVendor("mychip", compile=CompileTable(backend="mychip"), profiling=ProfilingTable(activities=("PrivateUse1",)))``.
+    The flat keywords of 0.3 (``compile_backend=``, ``host=``, ...) are still accepted for one release, with a
+    DeprecationWarning naming the section each moved to.
+    """
+
+    device_type: str
+    placement: PlacementTable
+    compile: CompileTable
+    collectives: CollectivesTable
+    profiling: ProfilingTable
+    versions: Callable[[], dict[str, str]]
+    """More versions to report beside torch's (the vendor package's)."""
+
+    def __init__(
+        self,
+        device_type: str,
+        *flat_args: Any,
+        placement: PlacementTable | None = None,
+        compile: CompileTable | None = None,  # noqa: A002 - the section's name
+        collectives: CollectivesTable | None = None,
+        profiling: ProfilingTable | None = None,
+        versions: Callable[[], dict[str, str]] = lambda: {},
+        **flat: Any,
+    ) -> None:
+        sections: dict[str, Any] = {
+            "placement": placement,
+            "compile": compile,
+            "collectives": collectives,
+            "profiling": profiling,
+        }
+        flat = {**dict(zip(_FLAT, flat_args)), **flat}
+        moved = sorted(set(flat) & {"launcher", "launch_env"})
+        if moved:
+            raise TypeError(f"EagerVendor({', '.join(moved)}=...) moved to DeviceSpec(launch=Launch(launcher=..., env=...))")
+        unknown = sorted(set(flat) - set(_FLAT))
+        if unknown or len(flat_args) > len(_FLAT):
+            raise TypeError(f"EagerVendor() got unknown keywords {unknown}; its sections are {', '.join(_SECTIONS)}")
+        if flat:
+            versions = flat.pop("versions", versions)
+            sections = _from_flat(flat, sections)
+        object.__setattr__(self, "device_type", device_type)
+        for name, table in _SECTIONS.items():
+            object.__setattr__(self, name, sections[name] if sections[name] is not None else table())
+        object.__setattr__(self, "versions", versions)
+
+
+def _from_flat(flat: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
+    """The sections built from 0.3's flat keywords (each named in one DeprecationWarning)."""
+    import dataclasses
+    import warnings
+
+    compile_given = sections["compile"]
+    moved = ", ".join(f"{k} -> {_FLAT[k][0]}={_SECTIONS[_FLAT[k][0]].__name__}({_FLAT[k][1]}=...)" for k in flat)
+    warnings.warn(f"EagerVendor's flat keywords are deprecated and go in 0.5: {moved}", DeprecationWarning, stacklevel=3)
+    if compile_given is None:
+        flat.setdefault("compile_backend", "inductor")  # 0.3's default backend
+    per_section: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    for key, value in flat.items():
+        section, name = _FLAT[key]
+        per_section[section][name] = value
+    if per_section["compile"].get("backend") == "inductor":
+        per_section["compile"]["inductor"] = True
+    out = dict(sections)
+    for name, values in per_section.items():
+        if values:
+            base = sections[name] if sections[name] is not None else _SECTIONS[name]()
+            out[name] = dataclasses.replace(base, **values)
+    return out
 
 
 class EagerPlacement(Placement, Diagnostics, CudaShaped):
@@ -80,19 +214,20 @@ class EagerPlacement(Placement, Diagnostics, CudaShaped):
     def __init__(self, vendor: EagerVendor) -> None:
         super().__init__(vendor.device_type)
         self.vendor = vendor
-        self.host = vendor.host
-        self.pinned_memory = vendor.pinned_memory and not vendor.host
+        self.table = vendor.placement
+        self.host = vendor.placement.host
+        self.pinned_memory = vendor.placement.pinned_memory and not vendor.placement.host
         self._device_module: Any = None
 
     def _native(self, name: str) -> Any:
-        if self.vendor.device_module_first:
+        if self.table.device_module_first:
             from anydevice.shims.contracts import torch_device_module
 
             return getattr(torch_device_module(self.device_type), name, None)
         return super()._native(name)
 
     def set_device(self, index: int) -> None:
-        if self.vendor.device_module_first:
+        if self.table.device_module_first:
             call = self._native("set_device")
             if call is not None:
                 call(index)
@@ -100,22 +235,22 @@ class EagerPlacement(Placement, Diagnostics, CudaShaped):
         super().set_device(index)
 
     def device(self, index: int | None = None) -> torch.device:
-        if self.vendor.host:
+        if self.host:
             return torch.device(self.device_type)
         return super().device(index)
 
     def autocast_dtype(self) -> torch.dtype:
-        return self.vendor.autocast_dtype()
+        return self.table.autocast_dtype()
 
     def memory_stats(self) -> MemoryStats:
-        if self.vendor.memory_stats is not None:
-            return MemoryStats(self.vendor.memory_stats(self.device().index or 0))
-        if accelerator_matches(self.device_type) and not self.vendor.device_module_first:
+        if self.table.memory_stats is not None:
+            return MemoryStats(self.table.memory_stats(self.device().index or 0))
+        if accelerator_matches(self.device_type) and not self.table.device_module_first:
             return super().memory_stats()
-        return MemoryStats(reason=f"{self.device_type}: {self.vendor.no_memory_stats_reason}")
+        return MemoryStats(reason=f"{self.device_type}: {self.table.no_memory_stats_reason}")
 
     def data_loader(self, loader: Iterable[T]) -> Iterable[T]:
-        return Prefetcher(loader, self.device(), non_blocking=not self.vendor.host)
+        return Prefetcher(loader, self.device(), non_blocking=not self.host)
 
     def fallback_ops(self) -> dict[str, int]:
         """Eager runtimes keep no fallback counters (a CPU fallback shows as a warning the matrix reads)."""
@@ -135,12 +270,14 @@ class EagerCompilation(Compilation):
 
     def __init__(self, vendor: EagerVendor) -> None:
         super().__init__(vendor.device_type)
-        self.vendor = vendor
-        self.backend = vendor.compile_backend
-        self.understood = vendor.compile_options
+        self.table = vendor.compile
+        self.inductor = vendor.compile.inductor
+        self.backend = vendor.compile.resolved_backend() or ""
+        if vendor.compile.options is not None:
+            self.understood = vendor.compile.options
 
     def cache_dir(self) -> Path | None:
-        env = self.vendor.compile_cache_env
+        env = self.table.resolved_cache_env()
         if env is None:
             return None
         if os.environ.get(env):
@@ -148,24 +285,26 @@ class EagerCompilation(Compilation):
         return settings.writable_cache_dir(self.backend)
 
     def compile(self, model: T, **options: Any) -> T:
-        env = self.vendor.compile_cache_env
+        if not self.backend and "backend" not in options:
+            raise UnsupportedFeatureError(
+                f"{self.device_type} has no torch.compile backend: its plugin declares no inductor and no backend.",
+                "Pass ad.compile(model, backend=...), or the plugin declares CompileTable(backend=...) or "
+                "CompileTable(inductor=True) where torch's inductor generates code for the device.",
+            )
+        env = self.table.resolved_cache_env()
         if env is not None and not os.environ.get(env):
             os.environ[env] = str(self.cache_dir())  # the backend reads it at first compile
-        return super().compile(model, **{**self.vendor.compile_defaults, **options})
+        return super().compile(model, **{**self.table.defaults, **options})
 
 
 class EagerCollectives(Collectives):
     """Process groups through torch.distributed with the vendor's backend; DDP and FSDP2."""
 
     def __init__(self, vendor: EagerVendor, placement: EagerPlacement) -> None:
-        self.backend = vendor.dist_backend
+        self.backend = vendor.collectives.backend
         super().__init__(placement)
-        self.vendor = vendor
-        self.launcher = vendor.launcher
-        self.fsdp = vendor.fsdp
-
-    def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
-        return dict(self.vendor.launch_env(local_rank, local_world_size)) if self.vendor.launch_env else {}
+        self.table = vendor.collectives
+        self.fsdp = vendor.collectives.fsdp
 
 
 class EagerProfiling(Profiling):
@@ -173,20 +312,20 @@ class EagerProfiling(Profiling):
 
     def __init__(self, vendor: EagerVendor) -> None:
         super().__init__(vendor.device_type)
-        self.vendor = vendor
-        self.activities = vendor.profiler_activities
+        self.table = vendor.profiling
+        self.activities = vendor.profiling.activities
 
     def trace(self, directory: Path, **options: Any) -> AbstractContextManager[TraceSession]:
-        config = self.vendor.profiler_config(Path(directory)) if self.vendor.profiler_config else None
-        if self.vendor.profiler_viewer:
-            options.setdefault("viewer", self.vendor.profiler_viewer)
+        config = self.table.config(Path(directory)) if self.table.config else None
+        if self.table.viewer:
+            options.setdefault("viewer", self.table.viewer)
         return torch_profiler_trace(Path(directory), self.activities, experimental_config=config, **options)
 
     def chip(self) -> str | None:
-        return self.vendor.chip()
+        return self.table.chip()
 
     def peak_flops(self, dtype: torch.dtype) -> float | None:
-        return common.peak_flops(self.vendor.peak_tflops, self.chip(), dtype)
+        return common.peak_flops(self.table.peak_tflops, self.chip(), dtype)
 
 
 def eager_shims(vendor: EagerVendor) -> Shims:

@@ -78,10 +78,6 @@ OPENXLA_OPTIONS = frozenset({"backend", "fullgraph", "dynamic", "disable"})
 """``torch.compile`` keywords ``openxla`` understands: it takes no inductor ``mode``/``options``."""
 
 
-def _no_launch_env(local_rank: int, local_world_size: int) -> dict[str, str]:
-    return {}
-
-
 @dataclass(frozen=True)
 class XlaVendor:
     """What differs between devices that run on torch_xla: a table of names and calls.
@@ -93,8 +89,6 @@ class XlaVendor:
     :param peak_tflops: dense bf16 TFLOP/s per chip name; a chip not in it has no peak (MFU unknown).
     :param persistent_cache: use torch_xla's persistent compilation cache (``xr.initialize_cache``).
         Off on PJRT CPU, whose executables cannot be deserialised by a later process.
-    :param launcher: how ``anydevice run`` starts N processes.
-    :param launch_env: extra variables a launcher sets for one local rank (visible cores, ...).
     :param multiprocess: False where several processes cannot share the runtime (PJRT CPU).
     :param lockstep: packages whose x.y must equal torch's x.y, checked before any is imported.
     :param versions: more versions to report (``libtpu``, ``torch-neuronx``).
@@ -105,8 +99,6 @@ class XlaVendor:
     chip: Callable[[], str | None] = lambda: None
     peak_tflops: Mapping[str, float] = field(default_factory=dict)
     persistent_cache: bool = True
-    launcher: str = "torchrun"
-    launch_env: Callable[[int, int], dict[str, str]] = _no_launch_env
     multiprocess: bool = True
     lockstep: tuple[str, ...] = ("torch_xla",)
     versions: Callable[[], dict[str, str]] = lambda: {}
@@ -171,6 +163,13 @@ def prepare_environment(vendor: XlaVendor) -> None:
             "(ANYDEVICE=xla runs any PJRT device).",
             problem="disabled",
         )
+
+
+def check_processes(vendor: XlaVendor, local_world_size: int) -> dict[str, str]:
+    """For ``Launch.env``: no extra variables; a clear error where the runtime runs one process only (PJRT CPU)."""
+    if local_world_size > 1 and not vendor.multiprocess:
+        raise _single_process_error(vendor, local_world_size)
+    return {}
 
 
 def _single_process_error(vendor: XlaVendor, processes: int) -> UnsupportedFeatureError:
@@ -344,12 +343,6 @@ class XlaCollectives(Collectives):
     def __init__(self, vendor: XlaVendor, placement: XlaPlacement) -> None:
         super().__init__(placement)
         self.vendor = vendor
-        self.launcher = vendor.launcher
-
-    def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
-        if local_world_size > 1 and not self.vendor.multiprocess:
-            raise _single_process_error(self.vendor, local_world_size)
-        return self.vendor.launch_env(local_rank, local_world_size)
 
     def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
         from anydevice.shims import parallel

@@ -20,8 +20,8 @@ from typing import Any
 
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from anydevice.distributed import rank
-from anydevice.shims.contracts import TraceSession
+from anydevice.settings import rank
+from anydevice.shims.trace_session import TraceSession
 
 PERFETTO = "Perfetto (https://ui.perfetto.dev) or chrome://tracing"
 TRACE_SUFFIX = ".pt.trace.json"

@@ -21,6 +21,7 @@ Exit status: 0 when healthy (warnings allowed unless ``--strict``), 1 when a che
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -32,7 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from anydevice import autoload, detect, guard, settings, slurm_env, versions
 from anydevice.cli.doctor_serving import check_serving
@@ -46,6 +47,13 @@ from anydevice.untrusted import clean
 __all__ = ["Check", "Context", "DoctorContext", "Status", "main", "render", "run_checks"]
 
 Context = DoctorContext  # the name the checks below use
+
+
+def _registry(ctx: Context) -> Registry:
+    """Core's checks run with the full registry (failures, guarded calls); plugins get only its read-only view."""
+    return cast("Registry", ctx.registry)
+
+
 MARK: dict[Status, str] = {"ok": "ok  ", "info": "--  ", "warn": "WARN", "fail": "FAIL"}
 MIN_FREE_GIB, LOW_FREE_GIB = 1.0, 5.0
 LINE_LIMIT = 2000
@@ -62,31 +70,17 @@ def check_torch(ctx: Context) -> list[Check]:
 
 
 def check_torch_support(ctx: Context) -> list[Check]:
-    """Is torch within anydevice's range, and which devices ran on its minor version here (test lanes, result files)?"""
-    from anydevice.compat_matrix import versions_table
-
+    """Is torch within anydevice's range (``anydevice.versions.TORCH_MINORS``)? Which devices ran on it is the matrix's page."""
     installed = detect.torch_version()
     if installed is None:
         return []
-    low, high = versions_table.TORCH_RANGE
-    cells = versions_table.support_at(installed)
+    low, high = versions.TORCH_MINORS[0], versions.TORCH_MINORS[-1]
     minor = ".".join(map(str, detect.major_minor(installed)))
-    if not cells:
+    if minor not in versions.TORCH_MINORS:
         fix = f"install a torch from {low} to {high}, e.g. pip install torch=={high}.*"
         return [Check("torch support", "warn", f"torch {minor} is outside anydevice's range ({low} to {high})", fix)]
-    by_status = {
-        status: [name for name, cell in sorted(cells.items()) if cell.status == status]
-        for status in ("tested", "declared", "none")
-    }
-    parts = []
-    if by_status["tested"]:
-        tested = ", ".join(f"{name} ({', '.join(cells[name].sources)})" for name in by_status["tested"])
-        parts.append(f"tested here on {minor}: {tested}")
-    if by_status["declared"]:
-        parts.append(f"declared only (nothing ran it here): {', '.join(by_status['declared'])}")
-    if by_status["none"]:
-        parts.append(f"no vendor release for torch {minor}: {', '.join(by_status['none'])}")
-    return [Check("torch support", "ok", f"torch {minor} is in anydevice's range ({low} to {high}); " + "; ".join(parts))]
+    where = "which devices ran on it: the versions table of docs/compat (anydevice matrix render)"
+    return [Check("torch support", "ok", f"torch {minor} is in anydevice's range ({low} to {high}); {where}")]
 
 
 def paired_packages(registry: Registry) -> dict[str, versions.PairRule | Callable[[str], versions.PairRule]]:
@@ -129,11 +123,11 @@ def _pair(
 
 
 def check_pairs(ctx: Context) -> list[Check]:
-    declared = paired_packages(ctx.registry)
-    owners = _owners(ctx.registry)
+    declared = paired_packages(_registry(ctx))
+    owners = _owners(_registry(ctx))
     checks: list[Check] = []
     for package, rule in declared.items():
-        pair = _pair(package, rule, ctx.registry, owners.get(package, "?"))
+        pair = _pair(package, rule, _registry(ctx), owners.get(package, "?"))
         if isinstance(pair, Check):
             checks.append(pair)
         elif pair is not None:
@@ -145,7 +139,7 @@ def check_pairs(ctx: Context) -> list[Check]:
 
 # -- plugins and selection ------------------------------------------------------------------
 def check_plugins(ctx: Context) -> list[Check]:
-    registry = ctx.registry
+    registry = _registry(ctx)
     checks = [
         Check(
             f"plugin {failure.plugin}",
@@ -173,7 +167,7 @@ def check_plugins(ctx: Context) -> list[Check]:
 
 def check_selection(ctx: Context) -> list[Check]:
     try:
-        choice = resolve(ctx.requested, ctx.registry)
+        choice = resolve(ctx.requested, _registry(ctx))
     except DeviceUnavailableError as exc:
         available = f" Available here: {', '.join(exc.available) or 'none'}."
         return [Check("selection", "fail", f"ANYDEVICE={ctx.requested}: {exc.message}{available}", exc.fix)]
@@ -223,11 +217,13 @@ def check_plugin_settings(ctx: Context) -> list[Check]:
     :class:`Check`, and its text is cleaned (:func:`anydevice.untrusted.clean`) before it is shown.
     """
     checks: list[Check] = []
-    hook = ctx.registry.pm.hook.anydevice_doctor_checks
+    registry = _registry(ctx)
+    hook = registry.pm.hook.anydevice_doctor_checks
+    view = dataclasses.replace(ctx, registry=registry.view())  # plugins read the devices, never change them
     for impl in hook.get_hookimpls():
         plugin = impl.plugin_name
         try:
-            result = ctx.registry.call(plugin, "doctor checks", functools.partial(impl.function, context=ctx))
+            result = registry.call(plugin, "doctor checks", functools.partial(impl.function, context=view))
             found = _plugin_checks(result)
         except (guard.PluginCallError, TypeError) as exc:
             error = exc.error if isinstance(exc, guard.PluginCallError) else str(exc)
@@ -282,7 +278,7 @@ def check_autoload_setting(ctx: Context) -> list[Check]:
     if value not in ("0", "1"):
         fix = f"set {name}=0 (off) or {name}=1 (on)"
         return [Check(name, "warn", f"{name}={value!r}: torch treats every value but '1' as off", fix)]
-    modules = sorted({m for n in ctx.registry.names() if (m := ctx.registry.get(n).spec.autoload_module)})
+    modules = sorted({m for n in ctx.registry.names() if (m := ctx.registry.spec(n).autoload_module)})
     backends = f"autoloaded backends ({', '.join(modules)})" if modules else "autoloaded backends"
     state = "on" if value == "1" else f"off: {backends} load only when anydevice selects them"
     return [Check(name, "ok", f"{name}={value}: {state}")]
@@ -293,7 +289,7 @@ def check_autoload_cost(ctx: Context, measure: bool = False) -> list[Check]:
     value = user_autoload_value()
     autoload_on = value is None or value == "1"
     for name in ctx.registry.names():
-        module = ctx.registry.get(name).spec.autoload_module
+        module = ctx.registry.spec(name).autoload_module
         if module is None or not detect.installed(module):
             continue
         label = f"import cost {module}"

@@ -11,12 +11,11 @@ import os
 from importlib import metadata
 
 from anydevice import detect, settings, versions
-from anydevice.device_spec import Serving
+from anydevice.device_spec import Devices, Serving
 from anydevice.diagnosis import Check, DoctorContext
 from anydevice.errors import AnyDeviceError
 from anydevice.integrations import _serving
 from anydevice.integrations._serving import VLLM, Engine
-from anydevice.registry import Registry
 
 
 def check_serving(ctx: DoctorContext) -> list[Check]:
@@ -157,8 +156,8 @@ def _visible(engine: Engine, requested: str, device: str) -> str:
     return "".join(f"; {k}={v} for the engine" for k, v in env.items() if k != settings.ANYDEVICE.name)
 
 
-def _builds(registry: Registry, device: str, engine: Engine) -> tuple[str, ...]:
-    declared: Serving | None = getattr(registry.get(device).spec, "serving", {}).get(engine.name)
+def _builds(registry: Devices, device: str, engine: Engine) -> tuple[str, ...]:
+    declared: Serving | None = getattr(registry.spec(device), "serving", {}).get(engine.name)
     return declared.builds if declared is not None else ()
 
 

@@ -6,18 +6,24 @@
 The parent checks the options (:mod:`anydevice.cli.launch_args`; multi-node ones before anything
 waits), resolves ``ANYDEVICE`` once by cheap detection (no unselected vendor package is imported:
 torch's backend autoload is turned off for the children where the selection does not need it),
-loads the selected plugin's shims and hands a :class:`LaunchSpec` to the launcher that the
-Collectives shim names (``collectives.launcher``): the entry of :data:`LAUNCHERS` under that name,
+and reads what the plugin declares for launching (``DeviceSpec.launch``: the launcher's name, the
+per-rank variables, what bounds ``-n``), without loading the shims.
+
+One process on one node (``anydevice run script.py``, the default on a device of one) is one rank
+started directly (:mod:`anydevice.cli.one_process`): no torch and no shims in the parent, no torch
+elastic, the rank started by :mod:`anydevice.cli.rank_start`, so the script starts about as soon
+as under ``python``. Otherwise the parent loads the selected plugin's shims and hands a
+:class:`LaunchSpec` to the declared launcher: the entry of :data:`LAUNCHERS` under that name,
 ``"torchrun"`` (torch elastic, one fresh interpreter per rank) or ``"spawn"`` (torch elastic, ranks
-started by multiprocessing spawn; TorchTPU sets ``set_tpu_launch_env`` in the parent through
-``launch_env``) or ``"single-process"`` (one rank only, e.g. mps). :func:`register_launcher` adds
+started by multiprocessing spawn; TorchTPU sets ``set_tpu_launch_env`` in the parent through its
+``Launch.env``) or ``"single-process"`` (one rank only, e.g. mps). :func:`register_launcher` adds
 more; a device that launches its own way registers a launcher and declares its name.
 
 Both built-in launchers run on torch elastic (``torch.distributed.launcher.api``): a failing rank
 stops the others at once, the run exits non-zero and shows that rank's traceback, and
 ``--max-restarts`` restarts the whole group (``TORCHELASTIC_RESTART_COUNT`` counts attempts).
-Every child gets ``ANYDEVICE`` set to the device the parent resolved, plus the shim's
-``launch_env(local_rank, local_world_size)`` (e.g. ``NEURON_RT_VISIBLE_CORES``) set before
+Every child gets ``ANYDEVICE`` set to the device the parent resolved, plus the device's
+``Launch.env(local_rank, local_world_size)`` (e.g. ``NEURON_RT_VISIBLE_CORES``) set before
 its interpreter imports anything. A rank's ``sys.path[0]`` is what ``python`` would give it: the
 script's directory, or the working directory for ``-m``; nothing is imported from the working
 directory before that (the rank starts through a ``-c`` bootstrap that sets ``sys.path[0]`` first).
@@ -39,7 +45,6 @@ import functools
 import json
 import logging
 import os
-import runpy
 import signal
 import sys
 import uuid
@@ -50,9 +55,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anydevice import autoload, settings, slurm_env
-from anydevice.cli import launch_args, lifeline
+from anydevice.cli import launch_args, lifeline, rank_start
 from anydevice.cli.launch_args import build_parser  # noqa: F401 - where callers of 0.2 found it
-from anydevice.errors import DistributedError
+from anydevice.errors import DistributedError, UsageError
 
 if TYPE_CHECKING:
     from anydevice.backend import Backend
@@ -87,7 +92,7 @@ class LaunchSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     """Set in every child (``ANYDEVICE``, ``TORCH_DEVICE_BACKEND_AUTOLOAD``, ...)."""
     rank_env: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
-    """Extra variables per local rank, from the Collectives shim's ``launch_env``."""
+    """Extra variables per local rank, from the device's ``DeviceSpec.launch.env``."""
     is_module: bool = False
     """Run :attr:`script` as a module, as ``python -m`` does."""
 
@@ -217,7 +222,8 @@ def single_process(spec: LaunchSpec) -> int:
 # --- Integrations hook (anydevice.integrations): libraries that pick a device on their own. -------------
 # Hugging Face Transformers/Accelerate read their device choice from the environment at import: the parent adds
 # the variables each integration computes for the selected device (anydevice.integrations) to every child's environment; each
-# rank installs an import hook (it imports nothing) that fixes Trainer's optimizer where the device rejects it.
+# rank installs, at its first import of one of them, a hook that fixes Trainer's optimizer where the device rejects it
+# (anydevice.cli.rank_start).
 
 
 def _integrations_env(backend: Any) -> dict[str, str]:
@@ -226,19 +232,13 @@ def _integrations_env(backend: Any) -> dict[str, str]:
     return launch_environment(backend)
 
 
-def _integrations_hook() -> None:
-    from anydevice.integrations import _hf
-
-    _hf.install_import_hook()
-
-
 # --- end of the integrations hook ------------------------------------------------------------------------
 
 LAUNCHERS: dict[str, Launcher] = {"torchrun": torchrun, "spawn": spawn, "single-process": single_process}
 
 
 def register_launcher(name: str, launcher: Launcher) -> None:
-    """Make ``launcher`` available to Collectives shims that declare ``launcher = name``."""
+    """Make ``launcher`` available to devices that declare ``DeviceSpec(launch=Launch(launcher=name))``."""
     LAUNCHERS[name] = launcher
 
 
@@ -265,35 +265,9 @@ def run_rank(
     path0: str | None = None,
 ) -> None:
     """Run ``target`` (a script's path, or a module as ``python -m`` does) as ``__main__`` in this rank."""
-    lifeline.die_with_parent()
     local = int(settings.LOCAL_RANK.get() or 0)
     os.environ.update(rank_env.get(local, {}))
-    _integrations_hook()
-    sys.path[0] = path0 or (os.getcwd() if is_module else str(Path(target).resolve().parent))
-    sys.argv = [target, *args]  # run_module sets argv[0] to the module's file, as python -m does
-    with lifeline.quiet_interrupt():
-        if settings.ANYDEVICE_CUDA_COMPAT.flag():
-            from anydevice import cuda_compat
-
-            cuda_compat.enable()  # before the script runs: the CLI process itself is exempt from the start-up hook
-        if is_module:
-            _check_module(target)
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(target, run_name="__main__")
-
-
-def _check_module(name: str) -> None:
-    """End the rank as ``python -m`` does (one line, status 1) when there is no module ``name``."""
-    import importlib.util
-
-    try:
-        found = importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        found = False
-    if not found:
-        sys.stderr.write(f"anydevice run: No module named {name}\n")
-        raise SystemExit(1)
+    rank_start.run(target, args, is_module, path0)
 
 
 def rank_main(argv: list[str]) -> int:
@@ -310,21 +284,33 @@ def rank_main(argv: list[str]) -> int:
     return 0
 
 
-def plan(args: argparse.Namespace) -> tuple[LaunchSpec, Any]:
-    """Check the options, resolve the device once and build the launch spec; returns it with the Collectives shim."""
-    spec, backend = _plan(args)
-    return spec, backend.shims.collectives
+def plan(args: argparse.Namespace) -> tuple[LaunchSpec, str]:
+    """Check the options, resolve the device once and build the launch spec; returns it with the launcher's name."""
+    spec, _, launcher = _plan(args)
+    return spec, launcher
 
 
-def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend]:
-    from anydevice.backend import load_backend, requested
+@dataclass(frozen=True)
+class _Selected:
+    """The device resolved for a run, and the environment every process of the run gets."""
+
+    registry: Registry
+    choice: Any
+    env: dict[str, str]
+    nproc: int
+    launcher: str
+
+
+def _select(args: argparse.Namespace) -> _Selected:
+    """Check the options and resolve the device by cheap detection: no torch, no shims (the one resolution)."""
+    from anydevice.backend import requested
     from anydevice.registry import get_registry
     from anydevice.selection import resolve
 
     limits = (("-n", args.nproc_per_node, 1), ("--nnodes", args.nnodes, 1), ("--max-restarts", args.max_restarts, 0))
     for name, value, low in limits:
         if value is not None and value < low:
-            raise DistributedError(f"{name} must be at least {low}, got {value}.")
+            raise UsageError(f"{name} must be at least {low}, got {value}.")
     command = getattr(args, "command", None)
     module = getattr(args, "module", None)
     if command:
@@ -334,11 +320,12 @@ def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend]:
         if module:
             _check_top_level(module)
         elif not Path(args.script).is_file():
-            raise DistributedError(f"No script at {args.script}.", "Pass the path of a Python file: anydevice run -n 2 train.py.")
+            raise UsageError(f"No script at {args.script}.", "Pass the path of a Python file: anydevice run -n 2 train.py.")
     registry = get_registry()
     choice = resolve(requested(), registry)  # cheap detection: imports no vendor package; the only resolution
+    spec = registry.get(choice.name).spec
     if args.nproc_per_node is not None and not command:
-        check_nproc(args.nproc_per_node, choice.name, registry.get(choice.name).spec, choice.detection)
+        check_nproc(args.nproc_per_node, choice.name, spec, choice.detection)
     device = choice.name if choice.index is None else f"{choice.name}:{choice.index}"
     child_env = {**os.environ, settings.ANYDEVICE.name: device, **lifeline.parent_env()}
     if args.cuda_compat:
@@ -348,11 +335,21 @@ def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend]:
     if nproc > 1 and settings.OMP_NUM_THREADS.get() is None:
         child_env[settings.OMP_NUM_THREADS.name] = "1"  # as torchrun does: N ranks must not each use every core
     env = {k: v for k, v in child_env.items() if os.environ.get(k) != v}
+    launcher = _guarded(registry, choice.name, "launch.launcher", spec.launch.launcher_name)
+    return _Selected(registry, choice, env, nproc, launcher)
+
+
+def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend, str]:
+    from anydevice.backend import load_backend
+
+    command = getattr(args, "command", None)
+    module = getattr(args, "module", None)
+    selected = _select(args)
+    env, registry, choice, nproc = selected.env, selected.registry, selected.choice, selected.nproc
     with _environment(env):  # the parent loads what the children will (no unselected autoload)
         backend = load_backend(choice, registry)
-    collectives = backend.shims.collectives
     env.update(_integrations_env(backend))
-    rank_env = {} if command else _launch_envs(registry, registry.get(choice.name).plugin, collectives, nproc)
+    rank_env = {} if command else _launch_envs(registry, choice.name, nproc)
     spec = LaunchSpec(
         script=module or (command[0] if command else args.script),
         script_args=tuple(command[1:] if command else args.script_args),
@@ -366,25 +363,29 @@ def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend]:
         is_module=bool(module),
         **({"run_id": args.run_id} if args.run_id else {}),
     )
-    return spec, backend
+    return spec, backend, selected.launcher
 
 
-def _launch_envs(registry: Registry, plugin: str, collectives: Any, nproc: int) -> dict[int, dict[str, str]]:
-    """Each local rank's ``collectives.launch_env``, called guarded like every other call into a plugin."""
+def _guarded(registry: Registry, device: str, stage: str, call: Callable[[], Any]) -> Any:
+    """``call`` (the plugin's code) under the registry's guard; a plugin's failure is a PluginError naming it."""
     from anydevice import guard
     from anydevice.errors import AnyDeviceError, PluginError
 
+    plugin = registry.get(device).plugin
     try:
-        return {
-            i: dict(registry.call(plugin, "collectives.launch_env", functools.partial(collectives.launch_env, i, nproc)))
-            for i in range(nproc)
-        }
+        return registry.call(plugin, stage, call)
     except guard.PluginCallError as exc:
         if isinstance(exc.cause, AnyDeviceError):
             raise exc.cause from None
         raise PluginError(
             plugin, f"{exc.error} (at {exc.stage})", "Run `anydevice doctor`, or choose another device with ANYDEVICE."
         ) from exc.cause
+
+
+def _launch_envs(registry: Registry, device: str, nproc: int) -> dict[int, dict[str, str]]:
+    """Each local rank's variables from the device's ``DeviceSpec.launch``, called guarded like every other call into a plugin."""
+    launch = registry.get(device).spec.launch
+    return {i: _guarded(registry, device, "launch.env", functools.partial(launch.rank_env, i, nproc)) for i in range(nproc)}
 
 
 def _refuse_multi_process_command(args: argparse.Namespace) -> None:
@@ -402,7 +403,7 @@ def _refuse_multi_process_command(args: argparse.Namespace) -> None:
         if value
     ]
     if given:
-        raise DistributedError(
+        raise UsageError(
             f"anydevice run -- {args.command[0]} starts one process; {', '.join(given)} apply to Python scripts and modules.",
             "Start N ranks with `anydevice run -n N script.py` or `-m module`; a command that starts its own workers takes "
             "its own option for them (e.g. vllm serve --tensor-parallel-size N).",
@@ -415,11 +416,11 @@ def _check_top_level(module: str) -> None:
 
     top = module.split(".")[0]
     if not module or not all(part.isidentifier() for part in module.split(".")):
-        raise DistributedError(f"-m {module!r} is not a module name.", "Pass a dotted module name: anydevice run -m pkg.train.")
+        raise UsageError(f"-m {module!r} is not a module name.", "Pass a dotted module name: anydevice run -m pkg.train.")
     if top in sys.builtin_module_names or top in sys.modules:
         return
     if PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]]) is None:
-        raise DistributedError(
+        raise UsageError(
             f"No module named {top} (looked in the working directory and this Python's sys.path).",
             "Install the package, or run from the directory that holds it, as for `python -m`.",
         )
@@ -428,28 +429,28 @@ def _check_top_level(module: str) -> None:
 def check_nproc(nproc: int, device: str, spec: DeviceSpec, detection: Detection) -> None:
     """Refuse ``-n`` above what the device takes on one node, before any planning work.
 
-    A device of known count takes one process per device; the host (``DeviceSpec.hardware.host``: cpu)
-    and any device of unknown count take :data:`PROCESSES_PER_CORE` per CPU core.
+    A device of known count takes one process per device; a device whose ranks share the cores
+    (``Launch(ranks="per_core")``: cpu) and any device of unknown count take :data:`PROCESSES_PER_CORE` per core.
     """
     cores = os.cpu_count() or 1
-    if detection.count and not (spec.hardware is not None and spec.hardware.host):
+    if detection.count and spec.launch.ranks == "per_device":
         limit, why = detection.count, f"{detection.count} {device} device(s) visible here, one process each"
     else:
         limit, why = PROCESSES_PER_CORE * cores, f"{PROCESSES_PER_CORE} processes per CPU core, {cores} core(s) here"
     if nproc > limit:
-        raise DistributedError(
+        raise UsageError(
             f"-n {nproc} is more than {device} can take on this machine: at most {limit} ({why}).",
             f"Pass -n {limit} or fewer, or spread the job over machines with --nnodes.",
         )
 
 
 def registered_launcher(name: str) -> Launcher:
-    """The launcher registered under ``name`` (what a Collectives shim's ``launcher`` names)."""
+    """The launcher registered under ``name`` (what the device's ``DeviceSpec.launch`` names)."""
     if name not in LAUNCHERS:
         raise DistributedError(
             f"The selected device's launcher '{name}' is not known to anydevice run.",
             f"Known launchers: {', '.join(sorted(LAUNCHERS))}. The plugin should declare one of them as "
-            "collectives.launcher, or register its own with anydevice.cli.launch.register_launcher(name, fn).",
+            "DeviceSpec(launch=Launch(launcher=...)), or register its own with anydevice.cli.launch.register_launcher(name, fn).",
         )
     return LAUNCHERS[name]
 
@@ -459,17 +460,56 @@ def main(argv: list[str]) -> int:
     args = launch_args.parse(argv)
     slurm_env.srun_launch(args)  # inside an srun task: the tasks' ranks form one world
     try:
-        spec, backend = _plan(args)
+        if _one_process(args):
+            return _run_one_process(args)
+        spec, _, name = _plan(args)
         lifeline.guard_descendants()  # what the ranks or the command start ends with this run
         if args.command:
             from anydevice.cli.command import run_command
 
             with _environment(spec.env):
                 return run_command(args.command, os.environ)
-        launcher = registered_launcher(backend.shims.collectives.launcher)
+        launcher = registered_launcher(name)
         return launcher(spec)
     except KeyboardInterrupt:
         return _interrupted(signal.SIGINT)
+
+
+def _one_process(args: argparse.Namespace) -> bool:
+    """True for a script or module run as one process on this node without restarts: no torch elastic needed."""
+    return (
+        not getattr(args, "command", None)
+        and args.nproc_per_node in (None, 1)
+        and args.nnodes == 1
+        and args.max_restarts == 0
+        and args.rdzv_endpoint is None
+        and args.node_rank is None
+    )
+
+
+ONE_PROCESS_LAUNCHERS = ("torchrun", "single-process")
+"""Declared launchers whose one-process run is exactly one rank started directly (a spawn or a plugin's own is not)."""
+
+
+def _run_one_process(args: argparse.Namespace) -> int:
+    """One rank, started directly (:mod:`anydevice.cli.one_process`); the parent imports neither torch nor the shims."""
+    from anydevice.cli import one_process
+    from anydevice.integrations import selection_environment
+
+    selected = _select(args)
+    if selected.nproc != 1 or selected.launcher not in ONE_PROCESS_LAUNCHERS:  # N devices found, or a launcher of its own
+        spec, _, name = _plan(args)
+        lifeline.guard_descendants()
+        return registered_launcher(name)(spec)
+    name = selected.choice.name
+    env = {**os.environ, **selected.env, **selection_environment(name)}
+    env.update(one_process.rank_environment())
+    env.update(_launch_envs(selected.registry, name, 1)[0])
+    lifeline.guard_descendants()  # what the rank starts ends with this run
+    module = getattr(args, "module", None)
+    target = module or args.script
+    path0 = os.getcwd() if module else str(Path(target).resolve().parent)
+    return one_process.run(target, list(args.script_args), env, bool(module), path0)
 
 
 if __name__ == "__main__":

@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import signal
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from anydevice import settings
+from anydevice.cli.rank_start import INTERRUPTED as INTERRUPTED
+from anydevice.cli.rank_start import die_with_parent as die_with_parent
+from anydevice.cli.rank_start import quiet_interrupt as quiet_interrupt
 
 # The guardian: a bare interpreter (-S, no anydevice import) that waits on its stdin, the read end of a
 # pipe only the launcher holds (argv[2] is the launcher's pid). While it waits it notes, every half
@@ -100,9 +98,7 @@ while time.monotonic() < deadline:
         sig = signal.SIGKILL
 """
 
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-PR_SET_CHILD_SUBREAPER = 36
-INTERRUPTED = 128 + signal.SIGINT  # the shell's status for a process ended by Ctrl-C
+PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
 
 
 def parent_env() -> dict[str, str]:
@@ -136,38 +132,3 @@ def guard_descendants() -> None:
 
 
 _guardian: tuple[subprocess.Popen[bytes], int] | None = None
-
-
-def die_with_parent() -> None:
-    """Make this rank end when the launcher that started it ends (no-op outside ``anydevice run``)."""
-    value = settings.ANYDEVICE_LAUNCH_PARENT.get()
-    if value is None or not value.isdigit():
-        return
-    parent = int(value)
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            _watch(parent)  # prctl refused (seccomp): poll instead
-    else:
-        _watch(parent)
-    if os.getppid() != parent:  # the launcher died before the line above took effect
-        os._exit(1)
-
-
-def _watch(parent: int) -> None:
-    def poll() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=poll, name="anydevice-parent-watch", daemon=True).start()
-
-
-@contextmanager
-def quiet_interrupt() -> Iterator[None]:
-    """Turn a KeyboardInterrupt that escapes the block into exit status 130, without a traceback."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        sys.stderr.flush()
-        raise SystemExit(INTERRUPTED) from None

@@ -135,7 +135,7 @@ def _step_boundaries(r: Redirect) -> None:
 def compile_view(r: Redirect) -> dict[str, Any]:
     """The script's ``torch.compile`` (without ``backend=`` on a lazy device: the device's compiler) and autocast queries."""
     view = _autocast_queries(r)
-    backend = getattr(r.backend.shims.compilation, "backend", None)
+    backend = r.backend.shims.compilation.backend
     if not r.lazy or not isinstance(backend, str):
         return view
     compile_ = torch.compile

@@ -26,8 +26,9 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-INTERNAL_PACKAGES = frozenset({"torch", "torch_xla", "functorch", "anydevice", "torchgen"})
-"""Top-level packages whose modules keep the real ``torch`` (the selected vendor's are added at enable)."""
+INTERNAL_PACKAGES = frozenset({"torch", "functorch", "torchgen", "anydevice"})
+"""Top-level packages whose modules keep the real ``torch``; the selected device's vendor packages (those its
+backend reports versions of, such as torch_xla) are added at enable."""
 
 
 def is_internal(module_name: str | None, internal: Iterable[str] = INTERNAL_PACKAGES) -> bool:

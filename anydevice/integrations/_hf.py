@@ -1,8 +1,9 @@
 """What makes Hugging Face Transformers, Trainer and Accelerate follow ``ANYDEVICE``: environment, optimizer, device map
 (``from_pretrained(device_map="auto")`` means the selected device).
 
-No side effect at import: ``anydevice run`` calls :func:`launch_env` (parent) and
-:func:`install_import_hook` (each rank); :mod:`anydevice.integrations.transformers` calls :func:`install`.
+No side effect at import: ``anydevice run`` calls :func:`launch_env` (parent, several processes) and
+:func:`install_in_rank` (each rank, when it first imports one of :data:`WATCHED`);
+:mod:`anydevice.integrations.transformers` calls :func:`install`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from anydevice.optimizers import fused_optimizer_supported as fused_optimizer_su
 WATCHED = ("transformers", "accelerate", "diffusers")
 """Libraries that read :func:`environment` at import: too late once one of them is imported."""
 FUSED, UNFUSED = "adamw_torch_fused", "adamw_torch"
+_VARIABLES = ("USE_TORCH_XLA", "ACCELERATE_USE_CPU")
+"""What :func:`environment` sets."""
 _said: set[str] = set()
 
 
@@ -39,15 +42,15 @@ def environment(backend: Backend | None = None) -> dict[str, str]:
 
     From what the plugin's placement shim declares: a lazy device (``Placement.lazy``, torch_xla) puts them
     in torch_xla mode (``USE_TORCH_XLA=1``; the runtime variable is already in the environment, set by the
-    plugin's ``prepare_environment``); the host CPU needs ``ACCELERATE_USE_CPU=1`` (else Accelerate runs no
-    process group on it); any other device is native torch, even where torch_xla is installed.
+    plugin's ``prepare_environment``); the host CPU (``Placement.host``) needs ``ACCELERATE_USE_CPU=1`` (else
+    Accelerate runs no process group on it); any other device is native torch, even where torch_xla is installed.
     """
     from anydevice.backend import current
 
     placement = (backend or current()).shims.placement
     return {
         "USE_TORCH_XLA": "1" if placement.lazy else "0",
-        "ACCELERATE_USE_CPU": "1" if placement.device_type == "cpu" else "0",
+        "ACCELERATE_USE_CPU": "1" if placement.host else "0",
     }
 
 
@@ -196,6 +199,17 @@ def install_import_hook() -> None:
             patcher(sys.modules[name])
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
+
+
+def install_in_rank() -> None:
+    """In a rank of ``anydevice run``, at the first import of a :data:`WATCHED` library (``cli.rank_start``).
+
+    Sets :func:`environment` where the launcher did not (one process: its parent loads no shims), then
+    :func:`install_import_hook`.
+    """
+    if not all(key in os.environ for key in _VARIABLES):
+        apply_environment()
+    install_import_hook()
 
 
 def install(backend: Backend | None = None) -> dict[str, str]:

@@ -21,7 +21,7 @@ from anydevice.device_spec import Serving
 from anydevice.errors import AnyDeviceError, DeviceUnavailableError
 
 if TYPE_CHECKING:
-    from anydevice.registry import Registry
+    from anydevice.device_spec import Devices
 
 
 @dataclass(frozen=True)
@@ -149,11 +149,11 @@ def platform_entry_points(engine: Engine) -> dict[str, metadata.EntryPoint]:
     return found
 
 
-def declared_serving(engine: Engine, device: str, registry: Registry | None = None) -> Serving:
+def declared_serving(engine: Engine, device: str, registry: Devices | None = None) -> Serving:
     """What the device's plugin declares for the engine (``DeviceSpec.serving``); undeclared: a plugin named like the device."""
     from anydevice.registry import get_registry
 
-    spec = (registry or get_registry()).get(device).spec
+    spec = (registry or get_registry()).spec(device)
     declared: Serving | None = getattr(spec, "serving", {}).get(engine.name)
     return declared if declared is not None else Serving(plugins=(device,))
 

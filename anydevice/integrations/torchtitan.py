@@ -88,32 +88,7 @@ def device_module() -> tuple[Any, str]:
     """The selected device's ``torch.cuda``-shaped module and where it came from."""
     import anydevice as ad
 
-    factory = getattr(ad, "device_module", None)
-    if callable(factory):
-        return factory(), "anydevice.device_module()"
-    import torch
-
-    kind = ad.device().type
-    module = _IndexedDeviceModule(torch.get_device_module(kind), ad.device().index or 0)
-    return module, f"torch.get_device_module({kind!r}) (this anydevice has no device_module())"
-
-
-class _IndexedDeviceModule:
-    """Stand-in until ``ad.device_module()``: torch's module for the device, ``current_device()`` an int.
-
-    ``torch.cpu.current_device()`` returns the string ``"cpu"``, which torchtitan passes to
-    ``dist.barrier(device_ids=[...])`` (distributed/utils.py ``set_pg_timeouts``): a TypeError.
-    """
-
-    def __init__(self, module: Any, index: int) -> None:
-        self._module, self._index = module, index
-        self.__name__ = getattr(module, "__name__", "device_module")
-
-    def current_device(self) -> int:
-        return self._index
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._module, name)
+    return ad.device_module(), "anydevice.device_module()"
 
 
 def patch() -> Patched:

@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 
 from anydevice.compat_matrix.claims import Source, origin
-from anydevice.compat_matrix.merge import build_matrix, plugin_versions, supported_text, tally
+from anydevice.compat_matrix.merge import build_matrix, supported_text, tally
 from anydevice.compat_matrix.page import build_site
 from anydevice.compat_matrix.schema import Claim, Stage, Status, dump_run, load_run
+from anydevice.compat_matrix.versions_table import plugin_versions
 from tests.compat_matrix.builders import FIXTURES, result, run
 
 REPO = Path(__file__).resolve().parents[2]

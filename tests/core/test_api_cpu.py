@@ -52,8 +52,7 @@ def test_the_contract_defaults_make_a_working_device_from_its_type_alone() -> No
     assert [b.device.type for b in placement.data_loader([torch.ones(1), torch.ones(1)])] == ["meta", "meta"]
     assert placement.autocast_dtype() == torch.bfloat16 and placement.memory_stats().reason
     assert meta.compilation.backend == "inductor" and meta.compilation.cache_dir() is None
-    assert meta.collectives.backend == "gloo" and meta.collectives.launcher == "torchrun"
-    assert meta.collectives.launch_env(0, 2) == {} and meta.collectives.mesh_device_type == "meta"
+    assert meta.collectives.backend == "gloo" and meta.collectives.mesh_device_type == "meta"
     assert meta.profiling.chip() is None and meta.profiling.peak_flops(torch.bfloat16) is None
     assert meta.capability(Diagnostics) is None and meta.capability(CudaShaped) is None
     with pytest.raises(UnsupportedFeatureError, match=r"'fullgraf', which torch\.compile does not have"):

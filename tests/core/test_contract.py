@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from anydevice.device_spec import DeviceSpec, Hardware
+from anydevice.device_spec import DeviceSpec, Hardware, Launch
 from anydevice.plugins import cpu, cuda, tpu, xla
 from anydevice.registry import Registry
 
@@ -37,7 +37,8 @@ def test_devicespec_needs_only_identity_detection_and_loading() -> None:
     spec = DeviceSpec(name="x", detect=cpu.detect, load=cpu.load)
     assert spec.hardware is None and spec.settings == () and spec.environment == ()
     assert not hasattr(spec, "description") and not hasattr(spec, "processes_per_core")
-    assert Hardware().pjrt_names == () and Hardware().scan is None and not Hardware().host
+    assert Hardware().pjrt_names == () and Hardware().scan is None and not hasattr(Hardware(), "host")
+    assert spec.launch == Launch() and Launch().launcher_name() == "torchrun" and Launch().ranks == "per_device"
 
 
 def test_vendor_variables_are_declared_by_their_plugins() -> None:
@@ -47,7 +48,9 @@ def test_vendor_variables_are_declared_by_their_plugins() -> None:
     assert cuda.CUDA_VISIBLE_DEVICES.name in registry_of(cuda).get("cuda").spec.environment
     assert "PJRT_DEVICE" in registry_of(xla).get("xla").spec.environment
     assert not hasattr(settings, "PJRT_DEVICE") and not hasattr(settings, "CUDA_VISIBLE_DEVICES")
-    table = settings.markdown_table(settings.builtin_plugin_settings())
+    from anydevice.registry import builtin_plugin_settings
+
+    table = settings.markdown_table(builtin_plugin_settings())
     assert table.count("`PJRT_DEVICE`") == 1  # declared by xla, tpu and neuron: listed once
 
 

@@ -19,7 +19,9 @@ def test_readme_settings_table_is_current() -> None:
 
 def test_every_setting_is_in_the_readme() -> None:
     readme = (REPO / "README.md").read_text()
-    declared = (*settings.ALL, *settings.builtin_plugin_settings())
+    from anydevice.registry import builtin_plugin_settings
+
+    declared = (*settings.ALL, *builtin_plugin_settings())
     assert {"PJRT_DEVICE", "CUDA_VISIBLE_DEVICES"} <= {s.name for s in declared}  # vendors' variables, from their plugins
     missing = [s.name for s in declared if f"`{s.name}`" not in readme]
     assert not missing

@@ -27,8 +27,17 @@ VENDOR_MODULES = ("torch_xla", "torch_tpu", "torch_neuronx", "torch-neuronx", "l
 QUOTED = re.compile(r"""(["'])(cuda|tpu|xla|neuron|mps|xpu)\1""")
 
 
-def python_files(folder: str) -> list[Path]:
-    return sorted((REPO / folder).rglob("*.py"))
+def python_files(folder: str, root: Path = REPO) -> list[Path]:
+    return sorted((root / folder).rglob("*.py"))
+
+
+def relative(path: Path) -> str:
+    """``path`` relative to the tree it is in: the repository, or a planted copy's temporary root."""
+    parts = path.parts
+    for top in ("anydevice", "shims", "plugins", "compat_matrix"):
+        if top in parts:
+            return "/".join(parts[len(parts) - 1 - parts[::-1].index(top) :])
+    return str(path)
 
 
 def docstring_lines(tree: ast.Module) -> set[int]:
@@ -51,8 +60,24 @@ def help_text_lines(tree: ast.Module) -> set[int]:
     return {n for t in texts for n in range(t.lineno, (t.end_lineno or t.lineno) + 1)}
 
 
+SUBJECTS = {"anydevice/cuda_compat/": "cuda"}
+"""Features whose subject is one vendor's API: cuda-compat rewrites what CUDA-written code names ``"cuda"``
+(docs/architecture.md). It may name that vendor, and no other."""
+
+
 def vendor_literals(path: Path) -> Iterator[str]:
-    """``file:line: literal`` for every string constant in code (not docs/help) that names a vendor."""
+    """``file:line: literal`` for every string constant in code (not docs/help) that names a vendor (not its :data:`SUBJECTS`)."""
+    subject = next((name for folder, name in SUBJECTS.items() if relative(path).startswith(folder)), None)
+    for hit in _vendor_literals(path):
+        text = hit.partition(": ")[2]
+        if subject is None or OTHER_VENDOR.search(re.sub(subject, "", text, flags=re.IGNORECASE)):
+            yield hit
+
+
+OTHER_VENDOR = re.compile("|".join((*VENDOR_NAMES, *VENDOR_MODULES)), re.IGNORECASE)
+
+
+def _vendor_literals(path: Path) -> Iterator[str]:
     source = path.read_text()
     tree = ast.parse(source)
     allowed = docstring_lines(tree) | help_text_lines(tree)
@@ -60,10 +85,10 @@ def vendor_literals(path: Path) -> Iterator[str]:
         if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or node.lineno in allowed:
             continue
         if node.value.lower() in VENDOR_NAMES or node.value in VENDOR_MODULES:
-            yield f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}"
+            yield f"{relative(path)}:{node.lineno}: {node.value!r}"
     for number, line in enumerate(source.splitlines(), 1):
         if number not in allowed and QUOTED.search(line.split("#", 1)[0]):
-            yield f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+            yield f"{relative(path)}:{number}: {line.strip()}"
 
 
 def imported_modules(path: Path) -> Iterator[tuple[int, str]]:
@@ -72,7 +97,7 @@ def imported_modules(path: Path) -> Iterator[tuple[int, str]]:
     Every import counts, also those inside functions and under ``TYPE_CHECKING``.
     """
     package = {"plugins": "anydevice.plugins", "shims": "anydevice.shims", "compat_matrix": "anydevice.compat_matrix"}
-    here = package.get(path.relative_to(REPO).parts[0], "anydevice")
+    here = package.get(relative(path).split("/")[0], "anydevice")
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)
@@ -89,14 +114,18 @@ def test_core_names_no_vendor() -> None:
     assert not found, "core branches on a vendor name; declare the fact in the plugin instead:\n" + "\n".join(found)
 
 
+def plant(root: Path, rel: str, text: str) -> Path:
+    """Write a bad module at ``root/rel`` (a temporary tree laid out like the repository, never the source tree)."""
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
 def test_the_rule_catches_a_vendor_branch(tmp_path: Path) -> None:
     """The check above is not vacuous: it flags the kind of code issue 10 removed."""
-    sample = REPO / "anydevice" / "_layering_sample.py"
-    sample.write_text('"""Docs may say cuda."""\n\nPJRT_FOR = {"cuda": ("CUDA",)}\nif name == "xla":\n    pass\n')
-    try:
-        hits = list(vendor_literals(sample))
-    finally:
-        sample.unlink()
+    text = '"""Docs may say cuda."""\n\nPJRT_FOR = {"cuda": ("CUDA",)}\nif name == "xla":\n    pass\n'
+    hits = list(vendor_literals(plant(tmp_path, "anydevice/_layering_sample.py", text)))
     assert any(":3:" in h for h in hits) and any(":4:" in h for h in hits) and not any(":1:" in h for h in hits)
 
 
@@ -104,7 +133,7 @@ def test_the_rule_catches_a_vendor_branch(tmp_path: Path) -> None:
 def test_only_the_registry_reaches_plugins(folder: str) -> None:
     """Core, shims and the matrix find plugins through entry points, never by importing them."""
     found = [
-        f"{path.relative_to(REPO)}:{line}: {module}"
+        f"{relative(path)}:{line}: {module}"
         for path in python_files(folder)
         for line, module in imported_modules(path)
         if module == "anydevice.plugins" or module.startswith("anydevice.plugins.")
@@ -114,7 +143,7 @@ def test_only_the_registry_reaches_plugins(folder: str) -> None:
 
 def test_plugins_do_not_import_each_other() -> None:
     found = [
-        f"{path.relative_to(REPO)}:{line}: {module}"
+        f"{relative(path)}:{line}: {module}"
         for path in python_files("plugins")
         for line, module in imported_modules(path)
         if module.startswith("anydevice.plugins.") and module != f"anydevice.plugins.{path.stem}"
@@ -132,7 +161,7 @@ def test_the_contract_declares_what_core_and_the_matrix_call() -> None:
     """Methods looked up on shims by core and the matrix are declared, with a docstring saying what they do."""
     declared = {
         contracts.Placement: ("device", "move", "step", "generator"),
-        contracts.Collectives: ("launcher", "launch_env", "wrap", "lacking_reduce_ops"),
+        contracts.Collectives: ("wrap", "lacking_reduce_ops"),
         contracts.Diagnostics: ("fallback_ops", "compilations"),
         contracts.CudaShaped: ("device_module",),
         contracts.HostTransfer: ("to_host", "is_writer"),
@@ -151,54 +180,62 @@ def test_the_contract_declares_what_core_and_the_matrix_call() -> None:
 
 # -- imports point one way --------------------------------------------------------------------------
 SHIM_CONTRACT = "anydevice.shims.contracts"
-CORE_REACHING_SHIMS_ELSEWHERE = {
-    # files other 0.3 branches rewrite; each still imports a shim implementation at run time
-    "anydevice/checkpoint.py",  # shims.saving: checkpoint writing moves out of the shims (ckpt branch)
-    "anydevice/cuda_compat.py",  # shims.cuda_compat: what `import anydevice.cuda_compat` installs
-}
+PLUGIN_API = ("anydevice.plugin", "anydevice.errors")
+"""All a plugin may import of anydevice: the one door and the error types (docs/plugins.md)."""
+BUILT_ON_SHIMS = ("anydevice/plugin/", "anydevice/cuda_compat")
+"""Layers of ``anydevice/`` built on the shared shim implementations (docs/architecture.md): the plugin API,
+which re-exports them (the contract layer, with ``shims/``), and the cuda-compat feature. The rest of core
+reaches the shims only through the contract."""
 
 
-def layering_violations(folder: str) -> list[str]:
-    """Every import in ``folder`` that points the wrong way, ``file:line: module``."""
+def layering_violations(folder: str, root: Path = REPO) -> list[str]:
+    """Every import in ``folder`` that points the wrong way, ``file:line: module (rule)``; no allow-list."""
     found = []
-    for path in python_files(folder):
-        rel = str(path.relative_to(REPO))
+    for path in python_files(folder, root):
+        rel = relative(path)
         for line, module in imported_modules(path):
             if folder == "shims" and (module == "anydevice.cli" or module.startswith("anydevice.cli.")):
                 found.append(f"{rel}:{line}: {module} (shims never import the command-line tools)")
             implementation = module.startswith("anydevice.shims.") and module.split(".")[:3] != SHIM_CONTRACT.split(".")
-            if folder == "anydevice" and implementation and rel not in CORE_REACHING_SHIMS_ELSEWHERE:
+            if folder == "anydevice" and implementation and not rel.startswith(BUILT_ON_SHIMS):
                 found.append(f"{rel}:{line}: {module} (core reaches shims only through {SHIM_CONTRACT})")
+            ours = module.startswith("anydevice") and module.split(".")[:2] != ["anydevice", "plugins"]
+            if folder == "plugins" and ours and not any(module == m or module.startswith(m + ".") for m in PLUGIN_API):
+                found.append(f"{rel}:{line}: {module} (plugins import only {' and '.join(PLUGIN_API)})")
     return found
 
 
-@pytest.mark.parametrize("folder", ["anydevice", "shims"])
+@pytest.mark.parametrize("folder", ["anydevice", "shims", "plugins"])
 def test_imports_point_one_way(folder: str) -> None:
     found = layering_violations(folder)
     assert not found, "\n".join(found)
 
 
-def test_the_import_rule_catches_planted_violations() -> None:
-    """A shim that imports the launcher and a core module that imports a shim implementation are both caught."""
-    planted = {
-        REPO / "shims" / "_layering_sample.py": "from anydevice.cli.launch import LaunchSpec\n",
-        REPO / "anydevice" / "_layering_sample.py": "def f():\n    from anydevice.shims.common import move\n",
-    }
-    try:
-        for path, text in planted.items():
-            path.write_text(text)
-        shims_found, core_found = layering_violations("shims"), layering_violations("anydevice")
-    finally:
-        for path in planted:
-            path.unlink()
-    assert any("_layering_sample.py:1: anydevice.cli.launch" in hit for hit in shims_found), shims_found
+def test_the_import_rule_catches_planted_violations(tmp_path: Path) -> None:
+    """A shim importing the launcher, core importing a shim implementation and a plugin importing past the door."""
+    plant(tmp_path, "shims/_layering_sample.py", "from anydevice.cli.launch import LaunchSpec\n")
+    plant(tmp_path, "anydevice/_layering_sample.py", "def f():\n    from anydevice.shims.common import move\n")
+    plant(
+        tmp_path,
+        "plugins/_layering_sample.py",
+        "from anydevice.plugin import hookimpl\nfrom anydevice.device_spec import DeviceSpec\n",
+    )
+    shims_found, core_found = layering_violations("shims", tmp_path), layering_violations("anydevice", tmp_path)
+    plugins_found = layering_violations("plugins", tmp_path)
+    assert shims_found[0] == "shims/_layering_sample.py:1: anydevice.cli.launch (shims never import the command-line tools)"
     assert any("_layering_sample.py:2: anydevice.shims.common" in hit for hit in core_found), core_found
+    assert [h.split(" (")[0] for h in plugins_found] == [
+        "plugins/_layering_sample.py:2: anydevice.device_spec",
+        "plugins/_layering_sample.py:2: anydevice.device_spec.DeviceSpec",
+    ]
 
 
 # -- vendor environment variables live in the plugins that read them ---------------------------------
 def vendor_variables() -> set[str]:
     """The names of every variable a built-in plugin declares (``DeviceSpec.settings``)."""
-    return {s.name for s in settings.builtin_plugin_settings()}
+    from anydevice.registry import builtin_plugin_settings
+
+    return {s.name for s in builtin_plugin_settings()}
 
 
 def variable_literals(path: Path, names: set[str]) -> Iterator[str]:
@@ -206,7 +243,7 @@ def variable_literals(path: Path, names: set[str]) -> Iterator[str]:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() in names:
-            yield f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}"
+            yield f"{relative(path)}:{node.lineno}: {node.value!r}"
 
 
 def test_core_declares_no_vendor_variable() -> None:
@@ -217,25 +254,15 @@ def test_core_declares_no_vendor_variable() -> None:
     assert not found, "core names a vendor's variable; the plugin that reads it declares it:\n" + "\n".join(found)
 
 
-def test_the_variable_rule_catches_a_planted_name() -> None:
-    sample = REPO / "anydevice" / "_layering_sample.py"
-    sample.write_text('import os\n\nvisible = os.environ.get("CUDA_VISIBLE_DEVICES")\n')
-    try:
-        hits = list(variable_literals(sample, vendor_variables()))
-    finally:
-        sample.unlink()
+def test_the_variable_rule_catches_a_planted_name(tmp_path: Path) -> None:
+    sample = plant(tmp_path, "anydevice/_layering_sample.py", 'import os\n\nvisible = os.environ.get("CUDA_VISIBLE_DEVICES")\n')
+    hits = list(variable_literals(sample, vendor_variables()))
     assert hits == ["anydevice/_layering_sample.py:3: 'CUDA_VISIBLE_DEVICES'"]
 
 
 # -- shims do not branch on a device type ------------------------------------------------------------
 DEVICE_TYPES = ("cpu", *VENDOR_NAMES)
-SHIM_BRANCHES_ALLOWED = {
-    # cuda-compat's subject: it rewrites what CUDA-written code names "cuda" (and asks "is this cuda?" once)
-    ("shims/cuda_compat/__init__.py", "cuda"),
-    ("shims/cuda_compat/redirect.py", "cuda"),
-    ("shims/cuda_compat/runtime.py", "cuda"),
-    ("shims/device_modules.py", "cpu"),
-}
+SHIM_BRANCHES_ALLOWED: set[tuple[str, str]] = set()  # none: a shim that needs a device fact reads the plugin's declaration
 
 
 def device_type_branches(path: Path) -> Iterator[tuple[str, int, str]]:
@@ -247,7 +274,7 @@ def device_type_branches(path: Path) -> Iterator[tuple[str, int, str]]:
             items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
             for item in items:
                 if isinstance(item, ast.Constant) and isinstance(item.value, str) and item.value in DEVICE_TYPES:
-                    yield str(path.relative_to(REPO)), node.lineno, item.value
+                    yield str(relative(path)), node.lineno, item.value
 
 
 def test_shims_do_not_branch_on_a_device_type() -> None:
@@ -257,15 +284,11 @@ def test_shims_do_not_branch_on_a_device_type() -> None:
         for file, line, literal in device_type_branches(path)
         if (file, literal) not in SHIM_BRANCHES_ALLOWED
     ]
-    why = "a shim branches on a device type; let the plugin declare the fact (e.g. EagerVendor.host):"
+    why = "a shim branches on a device type; let the plugin declare the fact (e.g. PlacementTable(host=True)):"
     assert not found, "\n".join([why, *found])
 
 
-def test_the_branch_rule_catches_a_planted_branch() -> None:
-    sample = REPO / "shims" / "_layering_sample.py"
-    sample.write_text('def f(kind):\n    return kind in ("cpu", "xla") or kind == "cuda"\n')
-    try:
-        hits = sorted(literal for _, _, literal in device_type_branches(sample))
-    finally:
-        sample.unlink()
+def test_the_branch_rule_catches_a_planted_branch(tmp_path: Path) -> None:
+    sample = plant(tmp_path, "shims/_layering_sample.py", 'def f(kind):\n    return kind in ("cpu", "xla") or kind == "cuda"\n')
+    hits = sorted(literal for _, _, literal in device_type_branches(sample))
     assert hits == ["cpu", "cuda", "xla"]

@@ -156,13 +156,13 @@ def test_plan_resolves_the_device_once(monkeypatch):
     real = selection.resolve
     monkeypatch.setattr(selection, "resolve", lambda *a, **k: calls.append(a) or real(*a, **k))
     monkeypatch.setenv("ANYDEVICE", "cpu")
-    spec, collectives = plan(build_parser().parse_args(["-n", "2", str(WORKERS / "env.py")]))
+    spec, launcher = plan(build_parser().parse_args(["-n", "2", str(WORKERS / "env.py")]))
     assert len(calls) == 1
-    assert spec.nproc_per_node == 2 and collectives.launcher == "torchrun"
+    assert spec.nproc_per_node == 2 and launcher == "torchrun"
 
 
-def test_the_launcher_is_the_one_the_shim_names(monkeypatch):
-    """`anydevice run` calls LAUNCHERS[collectives.launcher]; the shim's own launch() is not called."""
+def test_the_launcher_is_the_one_the_device_declares(monkeypatch):
+    """`anydevice run` calls LAUNCHERS[DeviceSpec.launch.launcher]."""
     from anydevice.cli import launch, lifeline
 
     seen = []

@@ -94,3 +94,32 @@ def test_the_doc_plugin_is_at_most_30_lines_of_code() -> None:
     lines = enumerate(source.splitlines(), 1)
     code = [line for i, line in lines if line.strip() and not line.strip().startswith("#") and i not in docs]
     assert len(code) <= 30, "\n".join(code)
+
+
+def test_the_doc_plugin_imports_only_the_plugin_api() -> None:
+    """Every import in the page's plugin is from ``anydevice.plugin`` (the one door), at top level and in ``load``."""
+    import ast
+
+    source = doc_files(DOC.read_text(encoding="utf-8"))["anydevice-mychip/anydevice_mychip/__init__.py"]
+    imported = {node.module for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)}
+    imported |= {a.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Import) for a in node.names}
+    assert imported == {"anydevice.plugin"}, imported
+
+
+def test_auto_picks_the_doc_plugin_over_cpu_by_its_priority(plugin_from_doc: Path) -> None:
+    """Installed, the page's device (priority 50) is what `auto` selects here: above cpu, by priority, not by name."""
+    proc = anydevice_cli("info", "--json", env={"ANYDEVICE": "auto"}, pythonpath=plugin_from_doc)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["backend"]["name"] == "mychip"
+
+
+def test_the_doc_plugin_compiles_with_its_declared_backend(plugin_from_doc: Path) -> None:
+    """The table names its compile backend (no inductor default is assumed); ad.compile runs it on a real model."""
+    code = (
+        "import anydevice as ad, torch; m = ad.compile(torch.nn.Linear(2, 1)); c = ad.backend().shims.compilation;"
+        "print(c.backend, c.inductor, c.cache_dir() is None, float(m(ad.to(torch.ones(1, 2))).detach().sum()) == "
+        "float(m._orig_mod(torch.ones(1, 2)).detach().sum()))"
+    )
+    run = python("-c", code, env={"ANYDEVICE": "mychip", "ANYDEVICE_QUIET": "1"}, pythonpath=plugin_from_doc)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["inductor", "False", "True", "True"]

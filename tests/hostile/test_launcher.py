@@ -306,7 +306,9 @@ def test_a_commands_children_die_when_the_launcher_is_killed(tmp_path: Path) -> 
 
 SHOW_PATH = """
 import json, random, sys
-print(json.dumps({"path0": sys.path[0], "json": json.__file__, "random": random.__file__, "argv": sys.argv}), flush=True)
+row = {"path0": sys.path[0], "json": json.__file__, "random": random.__file__, "argv": sys.argv}
+sys.stdout.write(json.dumps(row) + "\\n")  # one write, as in SLEEPER: two ranks' lines never share a line
+sys.stdout.flush()
 """
 
 

@@ -9,7 +9,7 @@ import torch
 
 from anydevice import detect as d
 from anydevice.plugins import cuda, mps, xpu
-from anydevice.shims.eager import EagerProfiling, EagerVendor
+from anydevice.shims.eager import EagerProfiling, EagerVendor, ProfilingTable
 
 
 @pytest.mark.parametrize(
@@ -35,14 +35,18 @@ def test_chip_from_device_name(name: str, chip: str) -> None:
     [("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H200", 989.4), ("NVIDIA B200", 2250.0), ("AMD Instinct MI300X", 1307.4)],
 )
 def test_peak_flops_for_known_chips(name: str, tflops: float) -> None:
-    profiling = EagerProfiling(EagerVendor("cuda", chip=lambda: cuda.chip_from_name(name), peak_tflops=cuda.PEAK_BF16_TFLOPS))
+    profiling = EagerProfiling(
+        EagerVendor("cuda", profiling=ProfilingTable(chip=lambda: cuda.chip_from_name(name), peak_tflops=cuda.PEAK_BF16_TFLOPS))
+    )
     assert profiling.peak_flops(torch.bfloat16) == pytest.approx(tflops * 1e12)
     assert profiling.peak_flops(torch.float32) is None  # the table is dense bf16/fp16 only
 
 
 @pytest.mark.parametrize("name", ["NVIDIA H100 NVL", "NVIDIA GeForce RTX 4090", "NVIDIA L4"])
 def test_unknown_chips_have_no_peak(name: str) -> None:
-    profiling = EagerProfiling(EagerVendor("cuda", chip=lambda: cuda.chip_from_name(name), peak_tflops=cuda.PEAK_BF16_TFLOPS))
+    profiling = EagerProfiling(
+        EagerVendor("cuda", profiling=ProfilingTable(chip=lambda: cuda.chip_from_name(name), peak_tflops=cuda.PEAK_BF16_TFLOPS))
+    )
     assert profiling.peak_flops(torch.bfloat16) is None
 
 

@@ -99,7 +99,7 @@ print(json.dumps({
     "neff_env": os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR"),
     "dist_backend": shims.collectives.backend,
     "init_method": shims.collectives.init_method,
-    "launch_env": shims.collectives.launch_env(3, 4),
+    "launch_env": neuron.LAUNCH.rank_env(3, 4),
     "rank_env": {k: os.environ.get(k) for k in ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES")},
     "calls": torch_neuronx.calls,
     "memory": dict(mem),

@@ -172,10 +172,13 @@ def test_distributed_world_of_one_on_the_xla_backend() -> None:
 
 
 def test_multi_process_is_refused_on_pjrt_cpu() -> None:
-    collectives = ad.backend().shims.collectives
-    assert collectives.launch_env(0, 1) == {}
+    """What `anydevice run` reads (DeviceSpec.launch, no shims needed) refuses a second process on PJRT CPU."""
+    from anydevice.registry import get_registry
+
+    launch = get_registry().get("xla").spec.launch
+    assert launch.launcher_name() == "torchrun" and launch.rank_env(0, 1) == {}
     with pytest.raises(UnsupportedFeatureError, match="runs one process"):
-        collectives.launch_env(0, 2)
+        launch.rank_env(0, 2)
 
 
 def test_profile_writes_xplane_with_step_traces(tmp_path: Path) -> None:

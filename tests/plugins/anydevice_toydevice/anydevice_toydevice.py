@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from anydevice.device_spec import Detection, DeviceSpec, Hardware
-from anydevice.hookspecs import hookimpl
-from anydevice.shims.contracts import Shims
+from anydevice.plugin import Detection, DeviceSpec, Hardware, Shims, hookimpl
 
 CHIP = "ToyChip-1"
 PEAK_TFLOPS = {CHIP: 1.0}  # dense bf16 TFLOP/s: a made-up chip with a round number
@@ -21,9 +19,12 @@ def detect() -> Detection:
 
 
 def load() -> Shims:
-    from anydevice.shims.eager import EagerVendor, eager_shims
+    from anydevice.plugin import CompileTable, EagerVendor, PlacementTable, ProfilingTable, eager_shims
 
-    return eager_shims(EagerVendor(device_type="cpu", host=True, chip=lambda: CHIP, peak_tflops=PEAK_TFLOPS))
+    profiling = ProfilingTable(chip=lambda: CHIP, peak_tflops=PEAK_TFLOPS)
+    return eager_shims(
+        EagerVendor("cpu", placement=PlacementTable(host=True), compile=CompileTable(inductor=True), profiling=profiling)
+    )
 
 
 @hookimpl

@@ -1,0 +1,126 @@
+"""How one rank starts: it dies with its launcher, gets ``sys.path[0]`` as ``python`` gives it, runs the script.
+
+``anydevice run`` of one process runs this file by its path (``python .../rank_start.py TARGET KIND
+PATH0 ARGS...``), so a rank imports no anydevice module and no torch before the script does: the
+start-up costs what ``python script.py`` costs. It imports the standard library only. Under torch
+elastic (:mod:`anydevice.cli.launch`) a rank runs the same :func:`run` after its per-rank variables.
+
+Imported only when needed: cuda-compat (``ANYDEVICE_CUDA_COMPAT``) before the script, and the
+Hugging Face hook (:mod:`anydevice.integrations._hf`) at the first import of Transformers,
+Accelerate or Diffusers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import runpy
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+LAUNCH_PARENT = "ANYDEVICE_LAUNCH_PARENT"
+"""The launcher's pid, set for its ranks (``anydevice.settings.ANYDEVICE_LAUNCH_PARENT``)."""
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+INTERRUPTED = 128 + signal.SIGINT  # the shell's status for a process ended by Ctrl-C
+HF_LIBRARIES = ("transformers", "accelerate", "diffusers")
+"""Libraries whose first import brings in the Hugging Face hook (``anydevice.integrations._hf.WATCHED``)."""
+
+
+def die_with_parent() -> None:
+    """Make this rank end when the launcher that started it ends (no-op outside ``anydevice run``)."""
+    value = os.environ.get(LAUNCH_PARENT, "").strip()
+    if not value.isdigit():
+        return
+    parent = int(value)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            _watch(parent)  # prctl refused (seccomp): poll instead
+    else:
+        _watch(parent)
+    if os.getppid() != parent:  # the launcher died before the line above took effect
+        os._exit(1)
+
+
+def _watch(parent: int) -> None:
+    def poll() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=poll, name="anydevice-parent-watch", daemon=True).start()
+
+
+@contextmanager
+def quiet_interrupt() -> Iterator[None]:
+    """Turn a KeyboardInterrupt that escapes the block into exit status 130, without a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        sys.stderr.flush()
+        raise SystemExit(INTERRUPTED) from None
+
+
+class _HfOnFirstImport:
+    """At the first import of a Hugging Face library: install anydevice's hook for it (then step aside).
+
+    A plain meta-path finder (``find_spec`` only): ``importlib.abc`` would cost the rank ~0.1 s of imports.
+    """
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
+        if fullname in HF_LIBRARIES:
+            sys.meta_path.remove(self)
+            from anydevice.integrations import _hf
+
+            _hf.install_in_rank()
+        return None
+
+
+def check_module(name: str) -> None:
+    """End the rank as ``python -m`` does (one line, status 1) when there is no module ``name``."""
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        sys.stderr.write(f"anydevice run: No module named {name}\n")
+        raise SystemExit(1)
+
+
+def run(target: str, args: list[str], is_module: bool = False, path0: str | None = None) -> None:
+    """Run ``target`` (a script's path, or a module as ``python -m`` does) as ``__main__`` in this rank."""
+    die_with_parent()
+    if any(importlib.util.find_spec(name) is not None for name in HF_LIBRARIES):
+        sys.meta_path.insert(0, _HfOnFirstImport())
+    sys.path[0] = path0 or (os.getcwd() if is_module else os.path.dirname(os.path.realpath(target)))
+    sys.argv = [target, *args]  # run_module sets argv[0] to the module's file, as python -m does
+    with quiet_interrupt():
+        if os.environ.get("ANYDEVICE_CUDA_COMPAT", "").strip():
+            from anydevice import settings
+
+            if settings.ANYDEVICE_CUDA_COMPAT.flag():
+                import torch  # noqa: F401 - first: the interpreter's cuda-compat start-up hook acts on torch's import
+
+                from anydevice import cuda_compat
+
+                cuda_compat.enable()  # before the script runs: redirects CUDA calls (idempotent)
+        if is_module:
+            check_module(target)
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+
+
+if __name__ == "__main__":
+    sys.path[0] = sys.argv[3]  # first: nothing is imported from this file's folder
+    run(sys.argv[1], sys.argv[4:], sys.argv[2] == "module", sys.argv[3])
