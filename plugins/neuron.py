@@ -229,6 +229,9 @@ def xla_vendor() -> XlaVendor:
         launch_env=lambda rank, size: dict(rank_cores(rank)),
         lockstep=("torch_xla", DISTRIBUTION),
         versions=_versions,
+        spmd_refusal="The XLA-based torch-neuronx (torch <= 2.9) shards models with NeuronX Distributed "
+        "(neuronx_distributed.parallel_layers); use it, or TorchNeuron (torch-neuronx for torch >= 2.10), where "
+        "ad.distributed.parallelize lowers to DTensor.",
     )
 
 

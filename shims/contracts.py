@@ -225,6 +225,10 @@ class Collectives:
 
     mesh_device_type: str
     """The ``DeviceMesh`` device type (the device type by default)."""
+    tensor_parallel: str = "dtensor"
+    """How ``ad.distributed.parallelize`` lowers a plan here: ``"dtensor"`` (``parallelize_module`` over a
+    ``DeviceMesh`` of the ranks), ``"spmd"`` (one process, torch_xla ``mark_sharding`` over the host's
+    devices) or ``""`` (refused). :meth:`tensor_parallelism` returns the matching lowering."""
 
     def __init__(self, placement: Placement) -> None:
         self.placement = placement
@@ -235,6 +239,12 @@ class Collectives:
     def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
         """Extra environment a launcher sets for one local rank (e.g. visible cores); none by default."""
         return {}
+
+    def tensor_parallelism(self) -> Any:
+        """The lowering of :attr:`tensor_parallel` (meshes, plans, batches); DTensor by default."""
+        from anydevice.shims.tp_dtensor import DTensorParallel
+
+        return DTensorParallel(self.mesh_device_type)
 
     def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
         """Wrap ``model`` for data parallelism: ``ddp`` or ``fsdp`` (``anydevice.distributed.wrap`` checked the name)."""

@@ -96,6 +96,7 @@ class XlaVendor:
     :param launcher: how ``anydevice run`` starts N processes.
     :param launch_env: extra variables a launcher sets for one local rank (visible cores, ...).
     :param multiprocess: False where several processes cannot share the runtime (PJRT CPU).
+    :param spmd_refusal: why ``ad.distributed.parallelize`` is refused here; empty: it lowers to SPMD.
     :param lockstep: packages whose x.y must equal torch's x.y, checked before any is imported.
     :param versions: more versions to report (``libtpu``, ``torch-neuronx``).
     """
@@ -108,6 +109,7 @@ class XlaVendor:
     launcher: str = "torchrun"
     launch_env: Callable[[int, int], dict[str, str]] = _no_launch_env
     multiprocess: bool = True
+    spmd_refusal: str = ""
     lockstep: tuple[str, ...] = ("torch_xla",)
     versions: Callable[[], dict[str, str]] = lambda: {}
 
@@ -340,16 +342,25 @@ class XlaCollectives(Collectives):
     init_method = "xla://"
     lacking_reduce_ops = frozenset({"AVG"})  # torch_xla's process group rejects ReduceOp.AVG
     fsdp = False
+    tensor_parallel = "spmd"  # parallelize_module's hooks fail on an XLA DeviceMesh; mark_sharding works
 
     def __init__(self, vendor: XlaVendor, placement: XlaPlacement) -> None:
         super().__init__(placement)
         self.vendor = vendor
         self.launcher = vendor.launcher
+        self.tensor_parallel = "" if vendor.spmd_refusal else "spmd"
 
     def launch_env(self, local_rank: int, local_world_size: int) -> dict[str, str]:
         if local_world_size > 1 and not self.vendor.multiprocess:
             raise _single_process_error(self.vendor, local_world_size)
         return self.vendor.launch_env(local_rank, local_world_size)
+
+    def tensor_parallelism(self) -> Any:
+        from anydevice.shims.tp_spmd import SpmdParallel
+
+        if self.vendor.spmd_refusal:
+            raise UnsupportedFeatureError(f"Tensor parallelism is not supported on {self.vendor.name}.", self.vendor.spmd_refusal)
+        return SpmdParallel(self.vendor.name)
 
     def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
         from anydevice.shims import parallel
