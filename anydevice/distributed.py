@@ -20,7 +20,6 @@ from anydevice.errors import DistributedError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     import torch
-    from torch.distributed.device_mesh import DeviceMesh
 
 _LAUNCH = (settings.RANK, settings.WORLD_SIZE, settings.LOCAL_RANK, settings.MASTER_ADDR, settings.MASTER_PORT)
 _NEEDED = (settings.RANK, settings.WORLD_SIZE, settings.MASTER_ADDR, settings.MASTER_PORT)

@@ -10,6 +10,7 @@ validates a plan before any process group, mesh or compile exists.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -178,10 +179,7 @@ def degrees(spec: Mapping[str, int], world: int) -> dict[str, int]:
         raise DistributedError(
             f"Mesh degrees {dict(spec)} are invalid: each is a positive integer, and at most one is -1 (what is left).",
         )
-    fixed = 1
-    for k, v in spec.items():
-        if v != -1:
-            fixed *= v
+    fixed = math.prod(v for v in spec.values() if v != -1)
     if world % fixed:
         raise DistributedError(
             f"Mesh degrees {dict(spec)} multiply to {fixed}, which does not divide the world size {world}.",
