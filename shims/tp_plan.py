@@ -45,13 +45,16 @@ STYLES: dict[str, Style] = {
     "rowwise": Style(weight_dim=1, input_sharded=True),
     "rowwise_rep": Style(weight_dim=1),
     "rowwise_split_input": Style(weight_dim=1),
+    "embedding_colwise": Style(weight_dim=0),
+    "embedding_rowwise": Style(weight_dim=1),
     "sequence_parallel": Style(weight_dim=None, sequence=True),
     "replicated": Style(weight_dim=None),
     "replicate": Style(weight_dim=None),
 }
 """The styles anydevice lowers on every device. ``colwise``: output features split, output left split;
 ``rowwise``: input features split, input taken split, output summed (replicated). The ``_rep`` /
-``_gather_output`` / ``_split_input`` forms take and give replicated activations."""
+``_gather_output`` / ``_split_input`` forms take and give replicated activations; ``embedding_colwise`` /
+``embedding_rowwise`` split an ``nn.Embedding``'s dim or vocabulary and give a replicated output."""
 
 EMBEDDING_DIM = {0: 1, 1: 0}
 """An ``nn.Embedding`` weight is ``(num_embeddings, dim)``: colwise splits dim 1, rowwise dim 0."""
