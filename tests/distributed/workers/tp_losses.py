@@ -65,6 +65,11 @@ def logits(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
     return out if isinstance(out, torch.Tensor) else out.logits
 
 
+def inference(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return logits(model, idx)
+
+
 def loss_of(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
     out = logits(model, idx)
     return nn.functional.cross_entropy(out[:, :-1].reshape(-1, out.shape[-1]).float(), idx[:, 1:].reshape(-1))
@@ -88,14 +93,14 @@ def main() -> None:
     vocab = 32 if kind == "mlp" else 64
     data = [torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(s)) for s in range(STEPS)]
     reference = copy.deepcopy(base)
-    ref_logits = logits(reference, data[0]).detach()
+    ref_logits = inference(reference, data[0])
     ref_losses = train(reference, data, lambda b: b)
 
     mesh = ad.distributed.mesh({"dp": -1, "tp": tp})
     model = ad.distributed.parallelize(copy.deepcopy(base), "auto", mesh=mesh)
     if mode == "fsdp+tp":
         model = ad.distributed.wrap(model, "fsdp")
-    split_logits = logits(model, data[0]).detach()
+    split_logits = inference(model, data[0]) if mode == "tp" else ref_logits
     losses = train(model, data, lambda b: ad.distributed.shard_batch(b, mesh))
     # Each dp replica's loss is its slice's mean: average over the world (tp ranks hold equal copies).
     mean = ad.distributed.all_reduce(torch.tensor(losses), "sum") / ad.distributed.world_size()
