@@ -295,16 +295,21 @@ def build_model(config: LlamaConfig, activation_checkpointing: bool) -> Llama:
 TENSOR_PARALLEL = ("tp", "fsdp+tp")
 
 
-def parallelize(core: Llama, args: argparse.Namespace) -> tuple[nn.Module, Any, dict[str, int] | None]:
-    """The model as trained (wrapped or split), the mesh (None without tensor parallelism) and its degrees.
+def tensor_parallel_mesh(args: argparse.Namespace) -> Any:
+    """``mesh({"dp": -1, "tp": --tp})`` for ``tp``/``fsdp+tp`` (None otherwise); made before any tensor is on the device
+    (XLA SPMD switches on there). Bad degrees raise before any process group starts."""
+    return ad.distributed.mesh({"dp": -1, "tp": args.tp}) if args.parallel in TENSOR_PARALLEL else None
+
+
+def parallelize(core: Llama, args: argparse.Namespace, mesh: Any) -> tuple[nn.Module, dict[str, int] | None]:
+    """The model as trained (wrapped or split) and the mesh's degrees (None without tensor parallelism).
 
     ``tp``/``fsdp+tp``: the model's own plan over ``mesh({"dp": -1, "tp": --tp})``; with one process per
     rank, ``tp`` alone needs dp = 1 (nothing would average the gradients over dp).
     """
     world = ad.distributed.world_size()
-    if args.parallel not in TENSOR_PARALLEL:
-        return (ad.distributed.wrap(core, args.parallel) if world > 1 else core), None, None
-    mesh = ad.distributed.mesh({"dp": -1, "tp": args.tp})
+    if mesh is None:
+        return (ad.distributed.wrap(core, args.parallel) if world > 1 else core), None
     degrees = ad.distributed.mesh_degrees(mesh)
     if args.parallel == "tp" and world > 1 and degrees["dp"] > 1:
         raise ad.errors.DistributedError(
@@ -314,7 +319,7 @@ def parallelize(core: Llama, args: argparse.Namespace) -> tuple[nn.Module, Any, 
     model = ad.distributed.parallelize(core, "auto", mesh=mesh)
     if args.parallel == "fsdp+tp":
         model = ad.distributed.wrap(model, "fsdp")
-    return model, mesh, degrees
+    return model, degrees
 
 
 def amp_by_default() -> bool:
@@ -353,11 +358,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         ad.distributed.init()
     rank = ad.distributed.rank()
     main_rank = rank == 0 or world == 1  # a stray RANK without a world is still the only (main) process
+    mesh = tensor_parallel_mesh(args)
     ad.manual_seed(args.seed)
     config: LlamaConfig = args.config
     amp = amp_by_default() if args.amp is None else args.amp
     core = build_model(config, args.activation_checkpointing)
-    model, mesh, degrees = parallelize(core, args)
+    model, degrees = parallelize(core, args, mesh)
     sharded = (world > 1 and args.parallel == "fsdp") or mesh is not None
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     start_step, resumed_from = 0, None
