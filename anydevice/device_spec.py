@@ -87,12 +87,16 @@ class Hardware:
         it at launch time (``anydevice.integrations.ray``); None: a worker needs only a CPU.
     :param host: the device is the host CPU: its ranks share the cores, so ``anydevice run -n`` bounds
         them per core rather than one per device.
+    :param process_counts: the processes per node the hardware can run (whole slices on TPU), found
+        cheaply (no vendor import); ``anydevice run -n`` refuses any other count up front. None or an
+        empty answer: any count up to the device count.
     """
 
     pjrt_names: tuple[str, ...] = ()
     scan: Callable[[], list[str]] | None = None
     ray_resource: str | Callable[[], str | None] | None = None
     host: bool = False
+    process_counts: Callable[[], tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True)

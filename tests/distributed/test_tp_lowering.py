@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from anydevice.shims import tp_plan
 
 
 class MLP(nn.Module):
-    tp_plan = {"up": "colwise", "down": "rowwise"}
+    tp_plan: ClassVar[dict[str, str]] = {"up": "colwise", "down": "rowwise"}
 
     def __init__(self, width: int = 8) -> None:
         super().__init__()
@@ -86,7 +87,7 @@ def test_a_dimension_the_tp_degree_does_not_divide_is_refused_before_any_process
 
 def test_a_non_linear_module_cannot_be_split() -> None:
     model = nn.Sequential(nn.LayerNorm(4))
-    with pytest.raises(DistributedError, match="only nn.Linear and nn.Embedding are split"):
+    with pytest.raises(DistributedError, match=r"only nn\.Linear and nn\.Embedding are split"):
         tp_plan.check_divisible(model, tp_plan.expand(model, {"0": "colwise"}), 2)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -31,7 +31,7 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    tp_plan = {"blocks.*.up": "colwise", "blocks.*.down": "rowwise", "head": "colwise_rep"}
+    tp_plan: ClassVar[dict[str, str]] = {"blocks.*.up": "colwise", "blocks.*.down": "rowwise", "head": "colwise_rep"}
 
     def __init__(self, vocab: int = 32, width: int = 16) -> None:
         super().__init__()
@@ -54,8 +54,14 @@ def build(kind: str) -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=64, attn_implementation="eager",
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        attn_implementation="eager",
     )
     return LlamaForCausalLM(config)
 
