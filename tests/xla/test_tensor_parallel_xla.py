@@ -47,3 +47,12 @@ def test_main_job_tp_runs_one_process_over_the_host_devices_and_matches_cpu() ->
     cpu = _run(*common, "--batch-size", "32", device="cpu")  # dp=2 replicas x 16 rows: the same global batch
     assert xla["mesh"] == {"dp": 2, "tp": 2} and xla["world_size"] == 1 and xla["parallel"] == "tp"
     assert xla["losses"] == pytest.approx(cpu["losses"], abs=1e-4)
+
+
+def test_spmd_checkpoint_loads_on_cpu(tmp_path: Path) -> None:
+    worker = Path(__file__).parents[1] / "distributed" / "workers" / "tp_checkpoint.py"
+    saved = _run(str(worker), "save", str(tmp_path / "ckpt"))
+    assert saved["mesh"] == {"tp": 4}  # every device of the host
+    loaded = _run(str(worker), "load-plain", str(tmp_path / "ckpt"), device="cpu")
+    assert loaded["step"] == 1 and loaded["optim_steps"] == [1]
+    assert loaded["max_diff"] == 0.0
