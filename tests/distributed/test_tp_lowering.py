@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import ClassVar
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -121,3 +122,28 @@ def test_a_two_d_mesh_names_dp_and_tp_and_ddp_on_a_split_model_is_refused() -> N
 def test_named_and_positional_meshes_cannot_mix() -> None:
     with pytest.raises(DistributedError, match="drop names="):
         ad.distributed.mesh({"tp": 1}, names=("tp",))
+
+
+def test_the_lowering_is_the_collectives_declared_capability(monkeypatch: pytest.MonkeyPatch) -> None:
+    from anydevice.errors import UnsupportedFeatureError
+    from anydevice.plugins import neuron, xla
+    from anydevice.shims.lazy_xla import XlaCollectives
+    from anydevice.shims.tp_dtensor import DTensorParallel
+    from anydevice.shims.tp_spmd import SpmdParallel
+
+    assert ad.backend().shims.collectives.tensor_parallel == "dtensor"
+    assert isinstance(ad.backend().shims.collectives.tensor_parallelism(), DTensorParallel)
+    placement: Any = SimpleNamespace(device_type="xla")  # XlaPlacement would start torch_xla's runtime
+    on_xla = XlaCollectives(xla.vendor(), placement)
+    assert on_xla.tensor_parallel == "spmd" and isinstance(on_xla.tensor_parallelism(), SpmdParallel)
+    legacy = XlaCollectives(neuron.xla_vendor(), placement)
+    assert legacy.tensor_parallel == ""
+    with pytest.raises(UnsupportedFeatureError, match="NeuronX Distributed"):
+        legacy.tensor_parallelism()
+    # SPMD is one process per host: a launched world of several is refused before torch_xla is touched.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with pytest.raises(UnsupportedFeatureError, match="runs in one process that drives every device"):
+        on_xla.tensor_parallelism().world()
