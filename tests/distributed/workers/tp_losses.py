@@ -53,16 +53,9 @@ def build(kind: str) -> nn.Module:
         return TinyLM()
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=64,
-        attn_implementation="eager",
-    )
+    shape = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
+    heads = {"num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 64}
+    config = LlamaConfig(**shape, **heads, attn_implementation="eager")
     return LlamaForCausalLM(config)
 
 
