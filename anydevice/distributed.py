@@ -268,8 +268,8 @@ def _wrap_split(model: Any, strategy: str, split: Any) -> dict[str, Any]:
         return {"mesh": lowering.fsdp_mesh(split)}
     raise DistributedError(
         f"wrap({type(model).__name__}, 'ddp') after parallelize: DDP cannot replicate tensor-parallel (sharded) parameters.",
-        "Use wrap(model, 'fsdp') to add data parallelism on the mesh's 'dp' axis (FSDP x TP)"
-        + ("." if lowering.kind == "dtensor" else "; on xla the 'dp' axis shards the batch (ad.distributed.shard_batch)."),
+        "Use wrap(model, 'fsdp') for data parallelism on the mesh's 'dp' axis (FSDP x TP); under an SPMD lowering the "
+        "'dp' axis already is data parallelism (ad.distributed.shard_batch).",
     )
 
 
@@ -289,16 +289,10 @@ def parallelize(model: Any, plan: Mapping[str, str] | str = "auto", mesh: Any = 
     rank) or torch_xla SPMD ``mark_sharding`` (one process, every device). The plan, the degrees and
     the split dimensions are checked before any process group or compile.
     """
-    from anydevice.shims import tp_plan
-
     lowering = _lowering()
-    rules = tp_plan.expand(model, plan)
-    degrees = tp_plan.degrees({tp_plan.TP_AXIS: -1}, lowering.world()) if mesh is None else lowering.degrees(mesh)
-    if tp_plan.TP_AXIS not in degrees:
-        raise DistributedError(
-            f"The mesh has no '{tp_plan.TP_AXIS}' axis: {degrees}.", "Build it with ad.distributed.mesh({'dp': -1, 'tp': 2})."
-        )
-    tp_plan.check_divisible(model, rules, degrees[tp_plan.TP_AXIS])
+    rules = lowering.expand(model, plan)
+    degrees = lowering.default_degrees() if mesh is None else lowering.degrees(mesh)
+    lowering.check(model, rules, degrees)
     if mesh is None:
         mesh = _named_mesh(lowering, degrees)
     model = model.to(current().shims.placement.device())
@@ -341,10 +335,8 @@ def mesh(shape: tuple[int, ...] | int | Mapping[str, int], names: tuple[str, ...
     if isinstance(shape, Mapping):
         if names is not None:
             raise DistributedError("A mesh by named degrees takes its names from the dict; drop names=.")
-        from anydevice.shims import tp_plan
-
         lowering = _lowering()
-        return _named_mesh(lowering, tp_plan.degrees(shape, lowering.world()))
+        return _named_mesh(lowering, lowering.resolve(shape))
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     init()
     if math.prod(dims) != world_size():

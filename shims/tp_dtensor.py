@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from anydevice.errors import DistributedError
-from anydevice.shims.tp_plan import DP_AXIS, TP_AXIS, Rule
+from anydevice.shims.tp_plan import DP_AXIS, TP_AXIS, Lowering, Rule
 
 
 def _style(rule: Rule, module: torch.nn.Module) -> Any:
@@ -32,7 +32,7 @@ def _style(rule: Rule, module: torch.nn.Module) -> Any:
     return RowwiseParallel(input_layouts=Replicate())
 
 
-class DTensorParallel:
+class DTensorParallel(Lowering):
     """Meshes, plans and batches for one process per rank (``DeviceMesh`` and ``parallelize_module``)."""
 
     kind = "dtensor"

@@ -195,3 +195,35 @@ def degrees(spec: Mapping[str, int], world: int) -> dict[str, int]:
             "Make one degree -1 to take what is left, or change the degrees.",
         )
     return out
+
+
+class Lowering:
+    """What every tensor-parallel lowering shares: the plan's checks. Subclasses add the device's
+    meshes, splits and batches (``Collectives.tensor_parallelism`` returns one)."""
+
+    kind = ""
+
+    def world(self) -> int:
+        """What a mesh spans: ranks, or the host's devices."""
+        raise NotImplementedError
+
+    def resolve(self, spec: Mapping[str, int]) -> dict[str, int]:
+        """Named degrees with ``-1`` resolved against :meth:`world`."""
+        return degrees(spec, self.world())
+
+    def default_degrees(self) -> dict[str, int]:
+        """The mesh ``parallelize`` makes when given none: every rank (device) on ``tp``."""
+        return self.resolve({TP_AXIS: -1})
+
+    def expand(self, model: Any, plan: Mapping[str, str] | str) -> list[Rule]:
+        """:func:`expand`: the plan's modules and styles."""
+        return expand(model, plan)
+
+    def check(self, model: Any, rules: list[Rule], mesh_degrees: Mapping[str, int]) -> None:
+        """The mesh has a ``tp`` axis and its degree divides every split dimension."""
+        if TP_AXIS not in mesh_degrees:
+            raise DistributedError(
+                f"The mesh has no '{TP_AXIS}' axis: {dict(mesh_degrees)}.",
+                "Build it with ad.distributed.mesh({'dp': -1, 'tp': 2}).",
+            )
+        check_divisible(model, rules, mesh_degrees[TP_AXIS])

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from anydevice.errors import UnsupportedFeatureError
-from anydevice.shims.tp_plan import DP_AXIS, TP_AXIS, Rule, split_dim
+from anydevice.shims.tp_plan import DP_AXIS, TP_AXIS, Lowering, Rule, split_dim
 
 
 def _refuse_multiprocess(name: str) -> None:
@@ -40,7 +40,7 @@ def spec_for(weight: torch.Tensor, dim: int | None) -> tuple[str | None, ...]:
     return tuple(spec)
 
 
-class SpmdParallel:
+class SpmdParallel(Lowering):
     """Meshes, plans and batches for torch_xla SPMD: one process, ``xs.Mesh`` over the host's devices."""
 
     kind = "spmd"
