@@ -98,7 +98,7 @@ def auto_plan(model: Any) -> dict[str, str]:
         plan.update({f"{prefix}.{k}" if nested else k: str(v) for k, v in base.items()})
     own = getattr(type(model), "_tp_plan", None)
     if isinstance(own, Mapping) and plan:
-        plan.update({str(k): str(v) for k, v in own.items() if str(v) in STYLES})
+        plan.update({str(k): str(v) for k, v in own.items()})  # an unknown style is refused by expand()
     if not plan:
         raise DistributedError(
             f"plan='auto': {type(model).__name__} declares no tensor-parallel plan.",
