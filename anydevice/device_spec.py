@@ -95,11 +95,15 @@ class Hardware:
         one entry per chip or node found.
     :param ray_resource: the Ray resource one worker asks for (``GPU``, ``TPU``), or a function deciding
         it at launch time (``anydevice.integrations.ray``); None: a worker needs only a CPU.
+    :param process_counts: the processes per node the hardware can run (whole slices on TPU), found
+        cheaply (no vendor import); ``anydevice run -n`` refuses any other count up front. None or an
+        empty answer: any count up to the device count.
     """
 
     pjrt_names: tuple[str, ...] = ()
     scan: Callable[[], list[str]] | None = None
     ray_resource: str | Callable[[], str | None] | None = None
+    process_counts: Callable[[], tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True)

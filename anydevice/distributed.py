@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from anydevice import settings, slurm_env
@@ -19,12 +20,13 @@ from anydevice.errors import DistributedError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     import torch
-    from torch.distributed.device_mesh import DeviceMesh
 
 _LAUNCH = (settings.RANK, settings.WORLD_SIZE, settings.LOCAL_RANK, settings.MASTER_ADDR, settings.MASTER_PORT)
 _NEEDED = (settings.RANK, settings.WORLD_SIZE, settings.MASTER_ADDR, settings.MASTER_PORT)
 _REDUCE_OPS = {"sum": "SUM", "avg": "AVG", "mean": "AVG", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 _owned_group = False
+_meshes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""Each model :func:`parallelize` split, and its mesh (for ``wrap(model, "fsdp")`` and :func:`mesh_of`)."""
 
 
 def _dist() -> Any:
@@ -250,14 +252,89 @@ def wrap(model: Any, strategy: str = "ddp", *, units: Iterable[type | str] | Non
                 "units= chooses FSDP units; DDP keeps the whole model on every rank.", "Drop units= or use 'fsdp'."
             )
         options["units"] = list(units)
+    split = _meshes.get(model)
+    if split is not None:
+        options.update(_wrap_split(model, strategy, split))
     init()
     return current().shims.collectives.wrap(model, strategy, **options)
 
 
-def mesh(shape: tuple[int, ...] | int, names: tuple[str, ...] | None = None) -> DeviceMesh:
-    """A ``DeviceMesh`` of the device's mesh type over every rank; ``shape`` must multiply to the world size."""
+def _wrap_split(model: Any, strategy: str, split: Any) -> dict[str, Any]:
+    """What ``wrap`` adds for a model :func:`parallelize` split: FSDP over the mesh's ``dp`` axis; DDP is refused."""
+    lowering = _lowering()
+    if strategy == "fsdp":
+        return {"mesh": lowering.fsdp_mesh(split)}
+    raise DistributedError(
+        f"wrap({type(model).__name__}, 'ddp') after parallelize: DDP cannot replicate tensor-parallel (sharded) parameters.",
+        "Use wrap(model, 'fsdp') for data parallelism on the mesh's 'dp' axis (FSDP x TP); under an SPMD lowering the "
+        "'dp' axis already is data parallelism (ad.distributed.shard_batch).",
+    )
+
+
+def _lowering() -> Any:
+    """The device's tensor-parallel lowering (``Collectives.tensor_parallelism``: DTensor or XLA SPMD)."""
+    return current().shims.collectives.tensor_parallelism()
+
+
+def parallelize(model: Any, plan: Mapping[str, str] | str = "auto", mesh: Any = None) -> Any:
+    """Split ``model`` over the ``tp`` axis of ``mesh`` by ``plan`` and return it (moved to the device).
+
+    ``plan`` is ``{glob: style}`` in transformers' vocabulary (``colwise``, ``rowwise``,
+    ``sequence_parallel``, ``replicated``, ``colwise_rep``, ``rowwise_split_input``, ...) or ``"auto"``:
+    the model's own plan (a ``tp_plan`` its class declares, or a transformers model's
+    ``base_model_tp_plan``). ``mesh`` defaults to ``mesh({"tp": -1})``. The device's
+    ``Collectives.tensor_parallel`` picks the lowering: DTensor ``parallelize_module`` (one process per
+    rank) or torch_xla SPMD ``mark_sharding`` (one process, every device). The plan, the degrees and
+    the split dimensions are checked before any process group or compile.
+    """
+    lowering = _lowering()
+    rules = lowering.expand(model, plan)
+    degrees = lowering.default_degrees() if mesh is None else lowering.degrees(mesh)
+    lowering.check(model, rules, degrees)
+    if mesh is None:
+        mesh = _named_mesh(lowering, degrees)
+    model = model.to(current().shims.placement.device())
+    model = lowering.parallelize(model, rules, mesh)
+    _meshes[model] = mesh
+    return model
+
+
+def mesh_of(model: Any) -> Any:
+    """The mesh :func:`parallelize` split ``model`` over (None when it did not)."""
+    return _meshes.get(model)
+
+
+def mesh_degrees(mesh: Any) -> dict[str, int]:
+    """``{axis: size}`` of a mesh from :func:`mesh` (a ``DeviceMesh`` or an XLA SPMD mesh)."""
+    return dict(_lowering().degrees(mesh))
+
+
+def shard_batch(batch: torch.Tensor, mesh: Any) -> torch.Tensor:
+    """The part of the global ``batch`` this process feeds: its ``dp`` slice of dim 0 (one process per rank),
+    or on XLA SPMD the whole batch on the device, sharded on ``dp``."""
+    return _lowering().shard_batch(batch, mesh)  # type: ignore[no-any-return]
+
+
+def _named_mesh(lowering: Any, degrees: dict[str, int]) -> Any:
+    if lowering.kind == "dtensor":
+        init()
+    return lowering.mesh(degrees)
+
+
+def mesh(shape: tuple[int, ...] | int | Mapping[str, int], names: tuple[str, ...] | None = None) -> Any:
+    """A mesh over every rank: ``mesh({"dp": -1, "tp": 2})`` by named degrees (-1: what is left), or by shape.
+
+    Named: a ``DeviceMesh`` over the ranks, or on XLA SPMD devices (``Collectives.tensor_parallel ==
+    "spmd"``) an ``xs.Mesh`` over the host's devices in this one process. Positional (``mesh((2, 2),
+    ("dp", "tp"))``): a ``DeviceMesh`` of the device's mesh type; ``shape`` must multiply to the world size.
+    """
     from torch.distributed.device_mesh import init_device_mesh
 
+    if isinstance(shape, Mapping):
+        if names is not None:
+            raise DistributedError("A mesh by named degrees takes its names from the dict; drop names=.")
+        lowering = _lowering()
+        return _named_mesh(lowering, lowering.resolve(shape))
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     init()
     if math.prod(dims) != world_size():

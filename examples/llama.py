@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -122,16 +123,16 @@ class Attention(nn.Module):
         self.wo = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        q = self.wq(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        b, t, _ = x.shape  # heads as -1: under tensor parallelism (DTensor) this rank holds n_heads / tp of them
+        q = self.wq(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, t, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if self.n_kv_heads != self.n_heads:  # share each key/value head with its group of query heads
             k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
             v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        projected: torch.Tensor = self.wo(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+        projected: torch.Tensor = self.wo(out.transpose(1, 2).reshape(b, t, -1))
         return projected
 
 
@@ -167,6 +168,17 @@ class Block(nn.Module):
 
 class Llama(nn.Module):
     """A Llama-style decoder; ``forward(idx, targets)`` returns the mean next-token cross-entropy."""
+
+    tp_plan: ClassVar[dict[str, str]] = {
+        "blocks.*.attention.wq": "colwise",
+        "blocks.*.attention.wk": "colwise",
+        "blocks.*.attention.wv": "colwise",
+        "blocks.*.attention.wo": "rowwise",
+        "blocks.*.mlp.w1": "colwise",
+        "blocks.*.mlp.w3": "colwise",
+        "blocks.*.mlp.w2": "rowwise",
+    }
+    """Its tensor-parallel plan (``ad.distributed.parallelize(model, plan="auto")``): heads and MLP width split."""
 
     cos: torch.Tensor  # rotary tables, buffers derived from the config
     sin: torch.Tensor

@@ -6,6 +6,8 @@ Runs on whatever ``ANYDEVICE`` selects, using only anydevice's public API:
     ANYDEVICE=xla python examples/train.py --steps 50 --compile
     anydevice run -n 2 examples/train.py --steps 50   # data-parallel
     anydevice run -n 8 examples/train.py --model 8b --parallel fsdp --activation-checkpointing
+    anydevice run -n 4 examples/train.py --parallel fsdp+tp --tp 2   # FSDP on dp=2 x tensor parallel on tp=2
+    ANYDEVICE=xla python examples/train.py --parallel tp --tp 4       # one process, XLA SPMD over the host's devices
 
 The last line on stdout is one JSON object for the whole job, printed by the main rank only
 (other ranks print nothing on stdout): backend, device, world_size, steps, first_loss, last_loss
@@ -51,6 +53,11 @@ class NonFiniteLoss(RuntimeError):
 def batches(args: argparse.Namespace, rank: int, world: int) -> torch.utils.data.DataLoader[Any]:
     """A deterministic, rank-sharded stream of random windows (same seed, same data everywhere)."""
     return corpus.batches(args.steps, args.batch_size, args.seq_len, args.seed, rank, world)
+
+
+def global_batches(args: argparse.Namespace, replicas: int) -> torch.utils.data.DataLoader[Any]:
+    """The whole step's batches (``replicas`` x --batch-size rows), the same on every rank."""
+    return corpus.batches(args.steps, args.batch_size * replicas, args.seq_len, args.seed, 0, 1)
 
 
 CHECKPOINT_NAME = re.compile(r"step-([0-9]+)(\.pt)?")
@@ -205,7 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="recompute each block's activations in the backward pass to save memory (default: off)",
     )
     p.add_argument("--profile", type=Path, metavar="DIR", help="write the device's profiler trace to DIR (default: no trace)")
-    p.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp", help="wrapping when world_size > 1")
+    p.add_argument(
+        "--parallel",
+        choices=("ddp", "fsdp", "tp", "fsdp+tp"),
+        default="ddp",
+        help="ddp/fsdp: data parallel when world_size > 1; tp: the model's plan split over --tp ranks (devices on xla, "
+        "the rest data parallel there); fsdp+tp: FSDP on the dp axis x tensor parallel on tp",
+    )
+    p.add_argument("--tp", type=positive_int, default=2, metavar="N", help="the tensor-parallel degree of --parallel tp/fsdp+tp")
     p.add_argument("--checkpoint-dir", type=Path, help="save checkpoints here and resume from the latest (default: none)")
     p.add_argument(
         "--checkpoint-every", type=non_negative_int, default=0, metavar="K", help="save every K steps (0: only at the end)"
@@ -256,6 +270,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     problems = config.problems()
     if problems:
         p.error(f"the model shape does not work: {'; '.join(problems)} (--model {args.model} with --d-model/--heads/--kv-heads)")
+    if args.parallel in TENSOR_PARALLEL and (config.n_heads % args.tp or config.n_kv_heads % args.tp):
+        p.error(
+            f"argument --tp: {args.tp} must divide the query heads ({config.n_heads}) and key/value heads ({config.n_kv_heads})"
+        )
     args.config = config
     return args
 
@@ -272,6 +290,36 @@ def build_model(config: LlamaConfig, activation_checkpointing: bool) -> Llama:
     model = model.to_empty(device="cpu" if on_host else ad.device())
     model.init_weights()
     return ad.to(model) if on_host else model
+
+
+TENSOR_PARALLEL = ("tp", "fsdp+tp")
+
+
+def tensor_parallel_mesh(args: argparse.Namespace) -> Any:
+    """``mesh({"dp": -1, "tp": --tp})`` for ``tp``/``fsdp+tp`` (None otherwise); made before any tensor is on the device
+    (XLA SPMD switches on there). Bad degrees raise before any process group starts."""
+    return ad.distributed.mesh({"dp": -1, "tp": args.tp}) if args.parallel in TENSOR_PARALLEL else None
+
+
+def parallelize(core: Llama, args: argparse.Namespace, mesh: Any) -> tuple[nn.Module, dict[str, int] | None]:
+    """The model as trained (wrapped or split) and the mesh's degrees (None without tensor parallelism).
+
+    ``tp``/``fsdp+tp``: the model's own plan over ``mesh({"dp": -1, "tp": --tp})``; with one process per
+    rank, ``tp`` alone needs dp = 1 (nothing would average the gradients over dp).
+    """
+    world = ad.distributed.world_size()
+    if mesh is None:
+        return (ad.distributed.wrap(core, args.parallel) if world > 1 else core), None
+    degrees = ad.distributed.mesh_degrees(mesh)
+    if args.parallel == "tp" and world > 1 and degrees["dp"] > 1:
+        raise ad.errors.DistributedError(
+            f"--parallel tp over {world} processes with --tp {args.tp} leaves dp={degrees['dp']}, which nothing averages.",
+            f"Use --tp {world}, or --parallel fsdp+tp for FSDP on dp x tensor parallel.",
+        )
+    model = ad.distributed.parallelize(core, "auto", mesh=mesh)
+    if args.parallel == "fsdp+tp":
+        model = ad.distributed.wrap(model, "fsdp")
+    return model, degrees
 
 
 def amp_by_default() -> bool:
@@ -310,19 +358,22 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         ad.distributed.init()
     rank = ad.distributed.rank()
     main_rank = rank == 0 or world == 1  # a stray RANK without a world is still the only (main) process
+    mesh = tensor_parallel_mesh(args)
     ad.manual_seed(args.seed)
     config: LlamaConfig = args.config
     amp = amp_by_default() if args.amp is None else args.amp
     core = build_model(config, args.activation_checkpointing)
-    model = ad.distributed.wrap(core, args.parallel) if world > 1 else core
+    model, degrees = parallelize(core, args, mesh)
+    sharded = (world > 1 and args.parallel == "fsdp") or mesh is not None
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     start_step, resumed_from = 0, None
     if args.checkpoint_dir:
-        start_step, resumed_from = resume(args.checkpoint_dir, core, optimizer, args.parallel == "fsdp")
+        start_step, resumed_from = resume(args.checkpoint_dir, core, optimizer, sharded)
     step_fn = ad.compile(model) if args.compile else model
 
     n_params = sum(p.numel() for p in core.parameters())
-    tokens_per_step = args.batch_size * args.seq_len * world
+    replicas = degrees["dp"] if degrees else world  # the batches a step trains on (tp ranks share theirs)
+    tokens_per_step = args.batch_size * args.seq_len * replicas
     flops_per_token = ad.transformer_training_flops_per_token(core.matmul_params(), config.n_layers, config.d_model, args.seq_len)
     meter = ad.StepMeter(flops_per_step=flops_per_token * tokens_per_step, tokens_per_step=tokens_per_step, warmup=1)
     if main_rank:
@@ -334,7 +385,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         )
 
     read_every = args.log_every or QUIET_READ_EVERY
-    loader = ad.data_loader(batches(args, rank, world))
+    # Tensor parallel: one global batch of every dp replica's rows; shard_batch keeps this rank's (or, on XLA SPMD,
+    # shards it over dp on the devices). Otherwise each rank loads its own part.
+    loader = ad.data_loader(batches(args, rank, world) if mesh is None else global_batches(args, replicas))
     losses: list[float] = []
     pending: list[torch.Tensor] = []  # this window's losses, still on the device
     last: torch.Tensor | None = None  # this rank's latest loss
@@ -345,6 +398,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         for step, (x, y) in enumerate(loader):
             if step < start_step:
                 continue  # the sampler is deterministic: skip what the checkpoint already trained on
+            if mesh is not None:
+                x, y = ad.distributed.shard_batch(x, mesh), ad.distributed.shard_batch(y, mesh)
             with ad.record("train_step"), ad.autocast(enabled=amp):
                 loss = step_fn(x, y)
             loss.backward()
@@ -370,7 +425,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                     )
                 window_start, window_steps = now, 0
             if args.checkpoint_dir and args.checkpoint_every and done % args.checkpoint_every == 0:
-                save_checkpoint(args.checkpoint_dir, done, core, optimizer, args.parallel == "fsdp")
+                save_checkpoint(args.checkpoint_dir, done, core, optimizer, sharded)
             if done == args.crash_at_step and resumed_from is None and args.crash_rank in (None, rank):
                 print(f"rank {rank}: injected crash after step {done}", file=sys.stderr, flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)  # a real, unclean death: no cleanup, no final checkpoint
@@ -380,12 +435,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     by_rank = ad.distributed.all_gather(last.float().reshape(1)).cpu().flatten().tolist() if last is not None else []
     profile_files = [str(f) for f in session.files] if session else []
     if args.checkpoint_dir:
-        save_checkpoint(args.checkpoint_dir, args.steps, core, optimizer, args.parallel == "fsdp")
+        save_checkpoint(args.checkpoint_dir, args.steps, core, optimizer, sharded)
     report = meter.report()
     # The job runs at its slowest rank's pace: scale this rank's figures by its share of the longest timed span.
     slowest = ad.distributed.all_reduce(torch.tensor([report.seconds], dtype=torch.float64, device=ad.device()), "max")
     pace = report.seconds / float(slowest.cpu()) if report.seconds > 0 else 1.0
-    checksum, replicas_agree = job_checksum(core, sharded=world > 1 and args.parallel == "fsdp")
+    checksum, replicas_agree = job_checksum(core, sharded=sharded and world > 1)
     b = ad.backend()
     result = {
         "backend": b.name,
@@ -408,7 +463,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "flops_per_token": flops_per_token,
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,
-        "parallel": args.parallel if world > 1 else None,
+        "parallel": args.parallel if world > 1 or mesh is not None else None,
+        "mesh": degrees,
         "compile": args.compile,
         "amp": amp,
         "activation_checkpointing": args.activation_checkpointing,

@@ -241,6 +241,9 @@ def xla_vendor() -> XlaVendor:
         persistent_cache=False,  # neuronx-cc keeps its own NEFF cache (NEURON_CC_FLAGS --cache_dir)
         lockstep=("torch_xla", DISTRIBUTION),
         versions=_versions,
+        spmd_refusal="The XLA-based torch-neuronx (torch <= 2.9) shards models with NeuronX Distributed "
+        "(neuronx_distributed.parallel_layers); use it, or TorchNeuron (torch-neuronx for torch >= 2.10), where "
+        "ad.distributed.parallelize lowers to DTensor.",
     )
 
 

@@ -31,6 +31,11 @@ INSTALL_AFTER_XLA = (
 NO_CHIP_FIX = "run on a Cloud TPU VM (PCI vendor 0x1ae0 with /dev/vfio)"
 XPROF = "TensorBoard with the profile plugin, or XProf (open the run directory's .xplane.pb)"
 PAIRED_PACKAGES: dict[str, versions.PairRule] = {"torch_tpu": "requires_dist", "torch_xla": "lockstep"}
+SLICE_SIZES = {"v4": (1, 2, 4, 8), "v5e": (1, 4, 8), "v6e": (1, 4, 8), "v7": (2, 4, 8)}
+"""Processes per host that form a whole slice, per generation (torch_tpu 0.2's hardware tables); a
+sub-slice world never completes PJRT's start-session barrier."""
+COMPILE_CACHES = {"TORCH_TPU_TIER2_COMPILATION_CACHE": "tier2", "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": "tier3"}
+"""torch_tpu 0.2's persistent compile caches (variable -> directory under ANYDEVICE_CACHE_DIR/tpu)."""
 
 
 def tpu_chips(pci_root: str = "/sys/bus/pci/devices", vfio_root: str = "/dev/vfio") -> list[str]:
@@ -76,9 +81,30 @@ def detect() -> Detection:
 
 
 def prepare_environment() -> None:
-    """torch_xla fallback only: PJRT_DEVICE=TPU before torch_xla is imported (a conflicting value is an error)."""
-    if not d.installed("torch_tpu"):
+    """Before the vendor is imported: TorchTPU's compile caches under ``ANYDEVICE_CACHE_DIR``; or, for the
+    torch_xla fallback, PJRT_DEVICE=TPU (a conflicting value is an error)."""
+    if d.installed("torch_tpu"):
+        set_compile_caches()
+    else:
         lazy_xla.prepare_environment(xla_vendor())
+
+
+def set_compile_caches() -> dict[str, str]:
+    """Point each of torch_tpu's persistent compile caches (:data:`COMPILE_CACHES`) that the user left unset
+    at ``ANYDEVICE_CACHE_DIR/tpu/<tier>``; returns what was set."""
+    from anydevice import settings
+
+    chosen = {}
+    for variable, tier in COMPILE_CACHES.items():
+        if not os.environ.get(variable):
+            chosen[variable] = os.environ[variable] = str(settings.writable_cache_dir("tpu", tier))
+    return chosen
+
+
+def slice_sizes() -> tuple[int, ...]:
+    """The whole-slice process counts of this host's TPU generation (empty: no chip, or a generation not tabled)."""
+    chips = tpu_chips()
+    return SLICE_SIZES.get(chips[0], ()) if chips else ()
 
 
 def load_torch_tpu() -> ModuleType:
@@ -146,7 +172,7 @@ def _load_native() -> Shims:
     return eager_shims(
         EagerVendor(
             "tpu",
-            # torch_tpu rejects inductor on TPU inputs; 0.2.0 documents no persistent compile cache location
+            # torch_tpu rejects inductor on TPU inputs; its own persistent caches (COMPILE_CACHES) are set by prepare_environment
             compile=CompileTable(backend="tpu"),
             collectives=CollectivesTable(backend="tpu"),
             profiling=ProfilingTable(config=_profiler_config, viewer=XPROF, chip=_chip, peak_tflops=PEAK_BF16_TFLOPS),
@@ -210,7 +236,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             vendor_modules=("torch_tpu", "torch_xla"),
             paired_packages=PAIRED_PACKAGES,
             settings=(lazy_xla.PJRT_DEVICE,),  # the torch_xla fallback's runtime
-            hardware=Hardware(pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU"),
+            hardware=Hardware(pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU", process_counts=slice_sizes),
             launch=Launch(launcher=_launcher, env=_launch_env),
             serving=serving(),
         )

@@ -225,12 +225,22 @@ class Collectives:
 
     mesh_device_type: str
     """The ``DeviceMesh`` device type (the device type by default)."""
+    tensor_parallel: str = "dtensor"
+    """How ``ad.distributed.parallelize`` lowers a plan here: ``"dtensor"`` (``parallelize_module`` over a
+    ``DeviceMesh`` of the ranks), ``"spmd"`` (one process, torch_xla ``mark_sharding`` over the host's
+    devices) or ``""`` (refused). :meth:`tensor_parallelism` returns the matching lowering."""
 
     def __init__(self, placement: Placement) -> None:
         self.placement = placement
         self.device_type = self.mesh_device_type = placement.device_type
         if not self.backend:
             self.backend = default_dist_backend(self.device_type)
+
+    def tensor_parallelism(self) -> Any:
+        """The lowering of :attr:`tensor_parallel` (meshes, plans, batches); DTensor by default."""
+        from anydevice.shims.tp_dtensor import DTensorParallel
+
+        return DTensorParallel(self.mesh_device_type)
 
     def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
         """Wrap ``model`` for data parallelism: ``ddp`` or ``fsdp`` (``anydevice.distributed.wrap`` checked the name)."""

@@ -90,6 +90,7 @@ class XlaVendor:
     :param persistent_cache: use torch_xla's persistent compilation cache (``xr.initialize_cache``).
         Off on PJRT CPU, whose executables cannot be deserialised by a later process.
     :param multiprocess: False where several processes cannot share the runtime (PJRT CPU).
+    :param spmd_refusal: why ``ad.distributed.parallelize`` is refused here; empty: it lowers to SPMD.
     :param lockstep: packages whose x.y must equal torch's x.y, checked before any is imported.
     :param versions: more versions to report (``libtpu``, ``torch-neuronx``).
     """
@@ -100,6 +101,7 @@ class XlaVendor:
     peak_tflops: Mapping[str, float] = field(default_factory=dict)
     persistent_cache: bool = True
     multiprocess: bool = True
+    spmd_refusal: str = ""
     lockstep: tuple[str, ...] = ("torch_xla",)
     versions: Callable[[], dict[str, str]] = lambda: {}
 
@@ -339,10 +341,19 @@ class XlaCollectives(Collectives):
     init_method = "xla://"
     lacking_reduce_ops = frozenset({"AVG"})  # torch_xla's process group rejects ReduceOp.AVG
     fsdp = False
+    tensor_parallel = "spmd"  # parallelize_module's hooks fail on an XLA DeviceMesh; mark_sharding works
 
     def __init__(self, vendor: XlaVendor, placement: XlaPlacement) -> None:
         super().__init__(placement)
         self.vendor = vendor
+        self.tensor_parallel = "" if vendor.spmd_refusal else "spmd"
+
+    def tensor_parallelism(self) -> Any:
+        from anydevice.shims.tp_spmd import SpmdParallel
+
+        if self.vendor.spmd_refusal:
+            raise UnsupportedFeatureError(f"Tensor parallelism is not supported on {self.vendor.name}.", self.vendor.spmd_refusal)
+        return SpmdParallel(self.vendor.name)
 
     def wrap(self, model: Any, strategy: str, **options: Any) -> Any:
         from anydevice.shims import parallel

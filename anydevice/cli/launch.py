@@ -442,6 +442,13 @@ def check_nproc(nproc: int, device: str, spec: DeviceSpec, detection: Detection)
             f"-n {nproc} is more than {device} can take on this machine: at most {limit} ({why}).",
             f"Pass -n {limit} or fewer, or spread the job over machines with --nnodes.",
         )
+    counts = spec.hardware.process_counts() if spec.hardware is not None and spec.hardware.process_counts else ()
+    if counts and nproc not in counts:
+        raise DistributedError(
+            f"-n {nproc} is not a whole slice of this {device} host: it runs {', '.join(map(str, counts))} process(es) "
+            "per node (other counts hang at the runtime's start-session barrier).",
+            f"Pass -n {' or '.join(map(str, counts))}.",
+        )
 
 
 def registered_launcher(name: str) -> Launcher:

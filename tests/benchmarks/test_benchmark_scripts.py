@@ -153,3 +153,29 @@ def test_cuda_compat_overhead_runs(tmp_path: Path) -> None:
     assert set(result["ratio_to_hand_port"]) == {"hand port [eager]", "hand port (control) [eager]", "cuda-compat [eager]"}
     assert all(finite_positive(r["median"]) for r in result["ratio_to_hand_port"].values())
     assert all(finite_positive(us) for us in result["per_call_us"].values())
+
+
+def _check_parallelize_overhead(out: Path, lowering: str, tp: int) -> None:
+    result = json.loads(out.read_text())
+    assert result["lowering"] == lowering and result["mesh"] == {"tp": tp}
+    assert set(result["ratio_to_hand"]) == {"hand", "anydevice", "hand (control)"}
+    assert all(finite_positive(r["median"]) for r in result["ratio_to_hand"].values())
+    per_rank = result["param_bytes_per_rank"]
+    assert per_rank["anydevice"] == per_rank["hand"]  # the same split
+    assert per_rank["anydevice"] < result["param_bytes_unsplit"] / tp * 1.01  # about 1/tp of the unsplit model
+
+
+@pytest.mark.slow
+def test_parallelize_overhead_runs_on_two_gloo_processes(tmp_path: Path) -> None:
+    out = tmp_path / "par.json"
+    run("parallelize_overhead.py", "--steps", "1", "--rounds", "1", "--out", str(out))
+    _check_parallelize_overhead(out, "dtensor", 2)
+
+
+@pytest.mark.xla
+def test_parallelize_overhead_runs_on_xla_spmd(tmp_path: Path) -> None:
+    pytest.importorskip("torch_xla")
+    out = tmp_path / "par.json"
+    run("parallelize_overhead.py", "--steps", "1", "--rounds", "1", "--out", str(out),
+        env={"ANYDEVICE": "xla", "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"})  # fmt: skip
+    _check_parallelize_overhead(out, "spmd", 4)

@@ -1,0 +1,106 @@
+"""Tensor parallelism on torch_xla SPMD: a plan lowered to per-parameter ``mark_sharding``, no hooks.
+
+The lowering of devices whose ``Collectives.tensor_parallel`` is ``"spmd"``. One process drives
+every device of the host (``xr.use_spmd()``; ``PJRT_DEVICE=CPU CPU_NUM_DEVICES=4`` gives four on
+a CPU); GSPMD propagates the weights' shardings through the graph. DTensor's
+``parallelize_module`` shards XLA parameters too, but its input hooks call ``DTensor.from_local``,
+which fails on an XLA ``DeviceMesh`` (torch_xla 2.9), hence partition specs only:
+
+* colwise: weight ``("tp", None)``, bias ``("tp",)``; rowwise: weight ``(None, "tp")``, bias replicated;
+* an ``nn.Embedding``: colwise splits the embedding dim, rowwise the vocabulary;
+* the batch: ``("dp", None, ...)`` (:meth:`SpmdParallel.shard_batch`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from anydevice.errors import UnsupportedFeatureError
+from anydevice.shims.tp_plan import DP_AXIS, TP_AXIS, Lowering, Rule, split_dim
+
+
+def _refuse_multiprocess(name: str) -> None:
+    from anydevice.distributed import world_size
+
+    if world_size() > 1:
+        raise UnsupportedFeatureError(
+            f"Tensor parallelism on {name} (torch_xla SPMD) runs in one process that drives every device of the host, "
+            f"but this is one of {world_size()} launched processes.",
+            "Run one process (plain `python`, or `anydevice run -n 1`): the mesh spans the host's devices.",
+        )
+
+
+def spec_for(weight: torch.Tensor, dim: int | None) -> tuple[str | None, ...]:
+    """The partition spec of a weight split on ``dim`` over ``tp`` (all None: replicated)."""
+    spec: list[str | None] = [None] * weight.dim()
+    if dim is not None:
+        spec[dim] = TP_AXIS
+    return tuple(spec)
+
+
+class SpmdParallel(Lowering):
+    """Meshes, plans and batches for torch_xla SPMD: one process, ``xs.Mesh`` over the host's devices."""
+
+    kind = "spmd"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def world(self) -> int:
+        """The devices an SPMD mesh spans: every device of the host (switches torch_xla to SPMD)."""
+        _refuse_multiprocess(self.name)
+        import torch_xla.runtime as xr
+
+        if not xr.is_spmd():
+            xr.use_spmd()
+        return int(xr.global_runtime_device_count())
+
+    def mesh(self, degrees: dict[str, int]) -> Any:
+        """An ``xs.Mesh`` with one named axis per degree over devices 0..N-1."""
+        import numpy as np
+        import torch_xla.distributed.spmd as xs
+
+        count = self.world()
+        return xs.Mesh(np.arange(count), tuple(degrees.values()), tuple(degrees))
+
+    def degrees(self, mesh: Any) -> dict[str, int]:
+        """``{axis: size}`` of an ``xs.Mesh``."""
+        return {str(n): int(s) for n, s in zip(mesh.axis_names, mesh.mesh_shape, strict=True)}
+
+    def parallelize(self, model: torch.nn.Module, rules: list[Rule], mesh: Any) -> torch.nn.Module:
+        """``mark_sharding`` each split weight (and a colwise bias) on ``tp``; the rest stays replicated."""
+        import torch_xla.distributed.spmd as xs
+
+        _refuse_multiprocess(self.name)
+        modules = dict(model.named_modules())
+        for rule in rules:
+            module = modules[rule.name]
+            dim = split_dim(module, rule.spec)
+            weight = getattr(module, "weight", None)
+            if dim is None or weight is None:
+                continue
+            xs.mark_sharding(weight, mesh, spec_for(weight, dim))
+            bias = getattr(module, "bias", None)
+            if bias is not None and dim == 0 and isinstance(module, torch.nn.Linear):
+                xs.mark_sharding(bias, mesh, (TP_AXIS,))
+        return model
+
+    def fsdp_mesh(self, mesh: Any) -> Any:
+        """FSDP2 does not run on torch_xla; SPMD shards the batch on ``dp`` instead."""
+        raise UnsupportedFeatureError(
+            f"wrap(model, 'fsdp') does not run on {self.name}: FSDP2 (fully_shard) needs DeviceMesh process groups.",
+            "On xla the 'dp' axis of the mesh is data parallelism already: shard each batch with "
+            "ad.distributed.shard_batch(batch, mesh); GSPMD reduces the gradients.",
+        )
+
+    def shard_batch(self, batch: torch.Tensor, mesh: Any) -> torch.Tensor:
+        """The global ``batch`` on the device, split along dim 0 over ``dp`` (replicated without a dp axis)."""
+        import torch_xla
+        import torch_xla.distributed.spmd as xs
+
+        batch = batch.to(torch_xla.device())
+        axis = DP_AXIS if DP_AXIS in mesh.axis_names else None
+        xs.mark_sharding(batch, mesh, (axis,) + (None,) * (batch.dim() - 1))
+        return batch

@@ -1,0 +1,76 @@
+"""ad.distributed.parallelize on gloo, real processes: TP and FSDP x TP equal the unsplit run (5 AdamW steps, fp32)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.distributed.helpers import TRAIN, WORKERS, anydevice_run, python
+
+WORKER = WORKERS / "tp_losses.py"
+
+
+def _rows(*args: str, n: int) -> dict[int, dict[str, object]]:
+    result = anydevice_run("-n", str(n), WORKER, *args, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = result.by_rank()
+    assert sorted(rows) == list(range(n))
+    return rows
+
+
+def _assert_equal_losses(row: dict[str, object]) -> None:
+    reference, losses = row["reference"], row["losses"]
+    assert isinstance(reference, list) and isinstance(losses, list) and len(losses) == 5
+    assert losses == pytest.approx(reference, abs=1e-5)
+    assert reference[-1] != reference[0]  # it trained
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "n", "mesh"), [("tp", 2, {"dp": 1, "tp": 2}), ("fsdp+tp", 4, {"dp": 2, "tp": 2})])
+def test_split_training_equals_the_unsplit_run(mode: str, n: int, mesh: dict[str, int]) -> None:
+    for row in _rows(mode, "2", "mlp", n=n).values():
+        assert row["mesh"] == mesh
+        _assert_equal_losses(row)
+        placements = row["placements"]
+        assert isinstance(placements, dict)
+        up = placements["blocks.0.up.weight"]
+        assert up.rstrip(",)").endswith("Shard(dim=0")  # colwise: output features split on tp (the last mesh dim)
+        if mode == "fsdp+tp":  # and FSDP's dim-0 shard on dp, strided over the tp shards
+            assert up.startswith("(_StridedShard(dim=0") or up.startswith("(Shard(dim=0)")
+        assert "Shard(dim=1)" in placements["blocks.0.down.weight"]  # rowwise: input features split
+
+
+@pytest.mark.slow
+def test_tp_over_four_ranks_equals_the_unsplit_run() -> None:
+    for row in _rows("tp", "4", "mlp", n=4).values():
+        assert row["mesh"] == {"dp": 1, "tp": 4}
+        assert row["logits_diff"] is not None and row["logits_diff"] < 1e-5
+        _assert_equal_losses(row)
+
+
+@pytest.mark.slow
+def test_transformers_llama_auto_plan_matches_logits_and_trains() -> None:
+    pytest.importorskip("transformers")
+    for row in _rows("tp", "2", "hf-llama", n=2).values():
+        assert row["logits_diff"] is not None and row["logits_diff"] < 1e-5
+        placements = row["placements"]
+        assert isinstance(placements, dict)
+        assert placements["model.layers.0.self_attn.q_proj.weight"] == "(Shard(dim=0),)"
+        assert placements["model.layers.0.mlp.down_proj.weight"] == "(Shard(dim=1),)"
+        _assert_equal_losses(row)
+
+
+@pytest.mark.slow
+def test_main_job_fsdp_tp_equals_one_process_with_the_same_global_batch() -> None:
+    common = ("--steps", "3", "--log-every", "0")
+    alone = python(TRAIN, *common, "--batch-size", "8", timeout=300)
+    split = anydevice_run("-n", "4", TRAIN, *common, "--parallel", "fsdp+tp", "--tp", "2", "--batch-size", "4", timeout=300)
+    assert alone.returncode == 0 and split.returncode == 0, split.stderr[-3000:]
+    one, four = alone.json_lines()[-1], split.json_lines()[-1]
+    assert four["mesh"] == {"dp": 2, "tp": 2} and four["parallel"] == "fsdp+tp"
+    assert four["losses"] == pytest.approx(one["losses"], abs=1e-5)
+
+
+def test_main_job_refuses_a_world_the_tp_degree_does_not_divide() -> None:
+    result = anydevice_run("-n", "3", TRAIN, "--steps", "1", "--parallel", "tp", "--tp", "2", timeout=300)
+    assert result.returncode != 0
+    assert "does not divide the world size 3" in result.stderr

@@ -1,0 +1,124 @@
+"""Worker: 5 AdamW steps of a model split by ad.distributed.parallelize, and the same steps unsplit in this process.
+
+argv: MODE (tp | fsdp+tp) TP MODEL (mlp | hf-llama). Prints one JSON line per rank: the reference losses
+(unsplit, the whole batch, no process group), the parallel run's losses and, for hf-llama, the logits' max diff.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+import anydevice as ad
+
+STEPS, BATCH, SEQ = 5, 8, 16
+
+
+class Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.relu(self.up(self.norm(x))))
+
+
+class TinyLM(nn.Module):
+    tp_plan: ClassVar[dict[str, str]] = {"blocks.*.up": "colwise", "blocks.*.down": "rowwise", "head": "colwise_rep"}
+
+    def __init__(self, vocab: int = 32, width: int = 16) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(Block(width) for _ in range(2))
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        out: torch.Tensor = self.head(x)
+        return out
+
+
+def build(kind: str) -> nn.Module:
+    torch.manual_seed(0)
+    if kind == "mlp":
+        return TinyLM()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
+    heads = {"num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 64}
+    config = LlamaConfig(**shape, **heads, attn_implementation="eager")
+    return LlamaForCausalLM(config)
+
+
+def logits(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    out = model(idx)
+    return out if isinstance(out, torch.Tensor) else out.logits
+
+
+def inference(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return logits(model, idx)
+
+
+def loss_of(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    out = logits(model, idx)
+    return nn.functional.cross_entropy(out[:, :-1].reshape(-1, out.shape[-1]).float(), idx[:, 1:].reshape(-1))
+
+
+def train(model: nn.Module, data: list[torch.Tensor], feed: Any) -> list[float]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for idx in data:
+        loss = loss_of(model, feed(idx))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.detach())
+    return [float(v) for v in torch.stack(losses)]
+
+
+def main() -> None:
+    mode, tp, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    base = build(kind)
+    vocab = 32 if kind == "mlp" else 64
+    data = [torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(s)) for s in range(STEPS)]
+    reference = copy.deepcopy(base)
+    ref_logits = inference(reference, data[0])
+    ref_losses = train(reference, data, lambda b: b)
+
+    mesh = ad.distributed.mesh({"dp": -1, "tp": tp})
+    model = ad.distributed.parallelize(copy.deepcopy(base), "auto", mesh=mesh)
+    if mode == "fsdp+tp":
+        model = ad.distributed.wrap(model, "fsdp")
+    split_logits = inference(model, data[0]) if mode == "tp" else ref_logits
+    losses = train(model, data, lambda b: ad.distributed.shard_batch(b, mesh))
+    # Each dp replica's loss is its slice's mean: average over the world (tp ranks hold equal copies).
+    mean = ad.distributed.all_reduce(torch.tensor(losses), "sum") / ad.distributed.world_size()
+    placements = {n: str(getattr(p, "placements", "plain")) for n, p in model.named_parameters()}
+    print(
+        json.dumps(
+            {
+                "rank": ad.distributed.rank(),
+                "reference": ref_losses,
+                "losses": mean.tolist(),
+                "mesh": ad.distributed.mesh_degrees(mesh),
+                "logits_diff": float((split_logits - ref_logits[: split_logits.shape[0]]).abs().max()) if mode == "tp" else None,
+                "placements": placements,
+            }
+        ),
+        flush=True,
+    )
+    ad.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main()
