@@ -37,7 +37,7 @@ import anydevice as ad
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/llama.py, however this file was loaded
 import corpus
-from llama import PRESETS, Llama, LlamaConfig, build_config
+from llama import PRESETS, Llama, LlamaConfig, Logits, build_config
 
 DATA = corpus.CORPUS
 QUIET_READ_EVERY = 100  # with --log-every 0 the loss is still read (silently) this often, to catch non-finite values
@@ -218,6 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the loss to the host and log it (stderr, main rank) every K steps; 0: no log",
     )
     p.add_argument(
+        "--export",
+        nargs=2,
+        metavar=("TARGET", "FILE"),
+        help="after training, export the model (idx -> logits) for TARGET (litert) to FILE with ad.export, checked "
+        "against PyTorch (default: no export)",
+    )
+    p.add_argument(
         "--crash-at-step",
         type=non_negative_int,
         default=0,
@@ -253,6 +260,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         n_kv_heads=args.kv_heads,
         seq_len=max(args.seq_len, preset.config.seq_len),
     )
+    if args.export and args.export[0] not in ("litert",):
+        p.error(f"argument --export: unknown target {args.export[0]!r} (targets: litert)")
     problems = config.problems()
     if problems:
         p.error(f"the model shape does not work: {'; '.join(problems)} (--model {args.model} with --d-model/--heads/--kv-heads)")
@@ -381,6 +390,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     profile_files = [str(f) for f in session.files] if session else []
     if args.checkpoint_dir:
         save_checkpoint(args.checkpoint_dir, args.steps, core, optimizer, args.parallel == "fsdp")
+    exported = export_model(core, args) if args.export else None
     report = meter.report()
     # The job runs at its slowest rank's pace: scale this rank's figures by its share of the longest timed span.
     slowest = ad.distributed.all_reduce(torch.tensor([report.seconds], dtype=torch.float64, device=ad.device()), "max")
@@ -416,6 +426,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "param_checksum": checksum,
         "replicas_agree": replicas_agree,
         "profile_files": profile_files,
+        "export": exported,
         "versions": b.versions,
         "main": main_rank,  # main() prints the result on this rank only
     }
@@ -433,6 +444,16 @@ def save_checkpoint(directory: Path, step: int, core: nn.Module, optimizer: torc
         ad.checkpoint.save({"model": core, "optimizer": optimizer, "step": step}, directory / f"step-{step}")
     else:
         ad.save({"step": step, "model": core.state_dict(), "optimizer": optimizer.state_dict()}, directory / f"step-{step}.pt")
+
+
+def export_model(core: nn.Module, args: argparse.Namespace) -> dict[str, Any]:
+    """``--export TARGET FILE``: the trained model's logits, traced with one sequence of the training data."""
+    target, path = args.export
+    sample = next(iter(batches(args, 0, 1)))[0][:1]
+    exported = ad.export(Logits(core), (sample,), target=target, path=path)
+    if ad.distributed.is_main() or ad.distributed.world_size() == 1:
+        print(exported.summary(), file=sys.stderr)
+    return exported.as_dict()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
