@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -390,7 +391,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     profile_files = [str(f) for f in session.files] if session else []
     if args.checkpoint_dir:
         save_checkpoint(args.checkpoint_dir, args.steps, core, optimizer, args.parallel == "fsdp")
-    exported = export_model(core, args) if args.export else None
+    exported = export_trained(core, args) if args.export else None
     report = meter.report()
     # The job runs at its slowest rank's pace: scale this rank's figures by its share of the longest timed span.
     slowest = ad.distributed.all_reduce(torch.tensor([report.seconds], dtype=torch.float64, device=ad.device()), "max")
@@ -443,10 +444,14 @@ def save_checkpoint(directory: Path, step: int, core: nn.Module, optimizer: torc
     if sharded:
         ad.checkpoint.save({"model": core, "optimizer": optimizer, "step": step}, directory / f"step-{step}")
     else:
-        ad.save({"step": step, "model": core.state_dict(), "optimizer": optimizer.state_dict()}, directory / f"step-{step}.pt")
+        config = dataclasses.asdict(core.config)  # for `anydevice export` (anydevice_export below)
+        ad.save(
+            {"step": step, "model": core.state_dict(), "optimizer": optimizer.state_dict(), "config": config},
+            directory / f"step-{step}.pt",
+        )
 
 
-def export_model(core: nn.Module, args: argparse.Namespace) -> dict[str, Any]:
+def export_trained(core: nn.Module, args: argparse.Namespace) -> dict[str, Any]:
     """``--export TARGET FILE``: the trained model's logits, traced with one sequence of the training data."""
     target, path = args.export
     sample = next(iter(batches(args, 0, 1)))[0][:1]
@@ -454,6 +459,27 @@ def export_model(core: nn.Module, args: argparse.Namespace) -> dict[str, Any]:
     if ad.distributed.is_main() or ad.distributed.world_size() == 1:
         print(exported.summary(), file=sys.stderr)
     return exported.as_dict()
+
+
+def anydevice_export(checkpoint: dict[str, Any] | None) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """``anydevice export step-N.pt --script examples/train.py``: the checkpoint's model (logits) and one sequence.
+
+    Without a checkpoint, the tiny preset's freshly initialised model.
+    """
+    if checkpoint is None:
+        config = PRESETS["tiny"].config
+    elif "config" not in checkpoint:
+        raise ad.AnyDeviceError(
+            "This checkpoint holds no model config (written by an older examples/train.py).",
+            "Retrain with this train.py, or export right after training: --export litert FILE.",
+        )
+    else:
+        config = LlamaConfig(**checkpoint["config"])
+    model = Llama(config)
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+    sample = corpus.corpus_bytes()[: config.seq_len].long().unsqueeze(0)
+    return Logits(model), (sample,)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
