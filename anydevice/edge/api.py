@@ -94,17 +94,19 @@ def export(
     if target not in TARGETS:
         raise ExportError(f"Unknown export target {target!r}.", "Targets: " + ", ".join(TARGETS) + ".")
     from anydevice.edge import litert
+    from anydevice.edge.host import check_model, host_copy, host_inputs
 
-    versions = litert.require()
     recipe = litert.recipe(quantize)
     destination = _check_destination(Path(path))
+    check_model(model)
+    inputs = host_inputs(example_inputs)
+    versions = litert.require()
 
     import torch
 
-    from anydevice.edge.host import host_copy, host_inputs
     from anydevice.saving import on_main_rank
 
-    module, inputs = host_copy(model), host_inputs(example_inputs)
+    module = host_copy(model)
     described: list[ExportedModel] = []
 
     def convert_check_write() -> None:

@@ -38,8 +38,8 @@ def _is_fsdp1(model: nn.Module) -> bool:
     return isinstance(model, FullyShardedDataParallel)
 
 
-def host_copy(model: nn.Module) -> nn.Module:
-    """A CPU copy of ``model``'s unwrapped module in eval mode, every sharded tensor gathered whole."""
+def check_model(model: object) -> None:
+    """An :class:`ExportError` unless ``model`` is a module ``ad.export`` can copy to the host."""
     if not isinstance(model, nn.Module):
         raise ExportError(
             f"ad.export needs a torch.nn.Module, got {type(model).__name__}.",
@@ -51,6 +51,11 @@ def host_copy(model: nn.Module) -> nn.Module:
             "FullyShardedDataParallel ones: their flat parameters cannot be gathered into the original module here.",
             "Load the full state dict into an unwrapped copy of the model and export that.",
         )
+
+
+def host_copy(model: nn.Module) -> nn.Module:
+    """A CPU copy of ``model``'s unwrapped module in eval mode, every sharded tensor gathered whole."""
+    check_model(model)
     core = unwrap(model)
     state = {name: _whole(t) for name, t in [*core.named_parameters(), *core.named_buffers()]}
     skeleton = _skeleton(core)
@@ -65,19 +70,29 @@ def _skeleton(core: nn.Module) -> nn.Module:
     for tensor in [*core.parameters(), *core.buffers()]:
         meta = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
         memo[id(tensor)] = nn.Parameter(meta, requires_grad=False) if isinstance(tensor, nn.Parameter) else meta
-    skeleton = copy.deepcopy(core, memo)
-    _drop_fsdp2(skeleton)
+    sharded = _fsdp2_classes(core)
+    for sub, _ in sharded:  # fully_shard's state and its unshard/reshard hooks (collectives): not copied
+        for key, value in sub.__dict__.items():
+            if key.startswith("__composable_api_state_key") or key.startswith("_forward_"):
+                memo[id(value)] = type(value)()
+    try:
+        for sub, cls in sharded:  # FSDP2 refuses deepcopy: copy as the original classes, then put them back
+            sub.__class__ = cls.__mro__[2]  # FSDP<Name>(FSDPModule, Name): the class fully_shard replaced
+        skeleton = copy.deepcopy(core, memo)
+    finally:
+        for sub, cls in sharded:
+            sub.__class__ = cls
     return skeleton
 
 
-def _drop_fsdp2(module: nn.Module) -> None:
-    """Turn FSDP2's ``FSDP<Name>`` classes back into the original ones, so the copy runs without collectives."""
+def _fsdp2_classes(module: nn.Module) -> list[tuple[nn.Module, type]]:
+    """The submodules whose class FSDP2's ``fully_shard`` replaced with ``FSDP<Name>``, with that class."""
+    found = []
     for sub in module.modules():
         cls = type(sub)
         if cls.__name__.startswith("FSDP") and "FSDPModule" in {base.__name__ for base in cls.__mro__}:
-            sub.__class__ = cls.__mro__[2]  # FSDP<Name>(FSDPModule, Name): the class fully_shard replaced
-            for hooks in (sub._forward_pre_hooks, sub._forward_hooks):
-                hooks.clear()  # fully_shard's unshard/reshard hooks: collectives a host copy must not run
+            found.append((sub, cls))
+    return found
 
 
 def _whole(tensor: torch.Tensor) -> torch.Tensor:
