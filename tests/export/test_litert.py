@@ -169,3 +169,17 @@ def test_ddp_and_fsdp2_wrapped_models_are_gathered_and_left_as_they_were(tmp_pat
         assert type(sharded).__name__ == "FSDPSequential" and type(sharded[0].weight).__name__ == "DTensor"
     finally:
         dist.destroy_process_group()
+
+
+class Reshape(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(4, -1) * 2  # holds only for batch 2: a dynamic batch cannot export
+
+
+def test_a_dynamic_shape_the_exporter_refuses_is_named(tmp_path: Path) -> None:
+    from torch.export import Dim
+
+    with pytest.raises(ExportError) as caught:
+        ad.export(Reshape(), torch.randn(2, 8), path=tmp_path / "dyn.tflite", dynamic_shapes=({0: Dim("batch")},))
+    assert caught.value.construct == "a dynamic shape the exporter refuses"
+    assert "Constraints violated (batch)" in str(caught.value) and entries(tmp_path) == []
