@@ -182,12 +182,6 @@ def _check_destination(path: Path) -> Path:
 
 def _publish(path: Path, content: bytes) -> None:
     """Write ``content`` to ``path`` the project's safe way: a locked temporary, fsync, one rename."""
-    from anydevice.publish import write_file
-    from anydevice.safe_place import open_place, save_error
+    from anydevice.saving import write_safely
 
-    try:
-        place = open_place(path)
-    except OSError as exc:
-        raise save_error(path, exc) from None
-    with place:
-        write_file(place, lambda handle: handle.write(content), accepts=_is_tflite)
+    write_safely(path, lambda handle: handle.write(content), accepts=_is_tflite)

@@ -57,7 +57,13 @@ def host_copy(model: nn.Module) -> nn.Module:
     """A CPU copy of ``model``'s unwrapped module in eval mode, every sharded tensor gathered whole."""
     check_model(model)
     core = unwrap(model)
-    state = {name: _whole(t) for name, t in [*core.named_parameters(), *core.named_buffers()]}
+    gathered: dict[int, torch.Tensor] = {}  # one host tensor per original: tied weights stay tied
+    named = [*core.named_parameters(remove_duplicate=False), *core.named_buffers(remove_duplicate=False)]
+    state = {}
+    for name, tensor in named:
+        if id(tensor) not in gathered:
+            gathered[id(tensor)] = _whole(tensor)
+        state[name] = gathered[id(tensor)]
     skeleton = _skeleton(core)
     skeleton.load_state_dict(state, strict=False, assign=True)
     _place_remaining(skeleton, core)
@@ -103,8 +109,8 @@ def _whole(tensor: torch.Tensor) -> torch.Tensor:
 
 def _place_remaining(skeleton: nn.Module, core: nn.Module) -> None:
     """Non-persistent buffers the state dict skipped: copied to the host as well."""
-    originals = dict(core.named_buffers())
-    for name, buffer in list(skeleton.named_buffers()):
+    originals = dict(core.named_buffers(remove_duplicate=False))
+    for name, buffer in list(skeleton.named_buffers(remove_duplicate=False)):
         if buffer.device.type == "meta":
             owner_name, _, leaf = name.rpartition(".")
             owner = skeleton.get_submodule(owner_name) if owner_name else skeleton

@@ -79,6 +79,7 @@ def test_a_small_transformers_model_exports_and_matches(tmp_path: Path) -> None:
     assert abs(exported(ids)[0] - want).max() < FP32 + FP32 * abs(want).max()
 
 
+@pytest.mark.slow
 def test_int8_export_reports_its_error_against_fp32(tmp_path: Path) -> None:
     model, x = tiny_llama(), tokens()
     fp32 = ad.export(model, x, path=tmp_path / "fp32.tflite")
@@ -183,3 +184,24 @@ def test_a_dynamic_shape_the_exporter_refuses_is_named(tmp_path: Path) -> None:
         ad.export(Reshape(), torch.randn(2, 8), path=tmp_path / "dyn.tflite", dynamic_shapes=({0: Dim("batch")},))
     assert caught.value.construct == "a dynamic shape the exporter refuses"
     assert "Constraints violated (batch)" in str(caught.value) and entries(tmp_path) == []
+
+
+class TiedHead(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(32, 8)
+        self.head = torch.nn.Linear(8, 32, bias=False)
+        self.head.weight = self.embed.weight  # tied, as many language models are
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.embed(ids)))
+
+
+def test_tied_weights_export_with_their_values(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model, ids = TiedHead(), torch.randint(0, 32, (2, 5))
+    exported = ad.export(model, ids, path=tmp_path / "tied.tflite")
+    with torch.no_grad():
+        want = model(ids).numpy()
+    assert exported.check is not None and exported.check.passed
+    assert abs(exported(ids)[0] - want).max() < FP32
