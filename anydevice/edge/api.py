@@ -136,7 +136,6 @@ def _convert_and_check(
 
     with torch.no_grad():
         reference = [t.detach().float().numpy() if t.is_floating_point() else t.numpy() for t in tree_leaves(module(*inputs))]
-    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")  # litert-torch's progress lines otherwise fill stdout
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # litert-torch's own deprecation notes on torch's pytree API

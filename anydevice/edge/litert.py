@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -66,9 +67,16 @@ def convert(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], recipe_na
         from litert_torch.generative.quantize import quant_recipes
 
         quant_config = getattr(quant_recipes, recipe_name)()
-    with contextlib.redirect_stdout(sys.stderr):  # the quantizer prints its size report: stdout stays the caller's
-        converted = litert_torch.convert(module, inputs, quant_config=quant_config, dynamic_shapes=dynamic_shapes)
-    return bytes(converted.model_content())  # a quantized model comes as a bytearray
+    quiet = "LITERT_TORCH_SHOW_PROGRESS" not in os.environ  # its progress lines fill the terminal unless asked for
+    if quiet:
+        os.environ["LITERT_TORCH_SHOW_PROGRESS"] = "n"  # read at each step of the conversion
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # the quantizer prints its size report: stdout stays the caller's
+            converted = litert_torch.convert(module, inputs, quant_config=quant_config, dynamic_shapes=dynamic_shapes)
+            return bytes(converted.model_content())  # a quantized model comes as a bytearray
+    finally:
+        if quiet:
+            del os.environ["LITERT_TORCH_SHOW_PROGRESS"]
 
 
 @dataclass(frozen=True)
