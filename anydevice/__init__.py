@@ -33,6 +33,7 @@ from anydevice.api import (
 )
 from anydevice.backend import Backend, reset, use
 from anydevice.device_module import device_module
+from anydevice.edge import export
 from anydevice.errors import AnyDeviceError
 from anydevice.meter import StepMeter, transformer_training_flops_per_token
 
@@ -53,6 +54,7 @@ __all__ = [
     "device_module",
     "distributed",
     "errors",
+    "export",
     "fallback_ops",
     "generator",
     "load",

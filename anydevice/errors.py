@@ -14,7 +14,8 @@ The hierarchy::
     │   └── UnsupportedDeviceFunctionError  a ``torch.cuda``-shaped function the device has no answer for
     ├── DistributedError                a launch environment is missing or half set
     ├── CheckpointError                 a checkpoint cannot be read (empty, corrupt, refused) or written
-    └── FileAccessError                 another file (page, result, record, cache) refused or failed, and why
+    ├── FileAccessError                 another file (page, result, record, cache) refused or failed, and why
+    └── ExportError                     a model cannot be exported for an edge runtime, or its export disagrees
 
 The CLI prints ``str(error)`` (one or a few sentences, no traceback) and exits non-zero.
 """
@@ -158,3 +159,16 @@ class FileAccessError(AnyDeviceError):
         super().__init__(f"Cannot {action} {path}: {reason}.", hint)
         self.path = path
         self.reason = reason
+
+
+class ExportError(AnyDeviceError):
+    """``ad.export`` could not convert the model, or the converted model disagrees with PyTorch; nothing was written.
+
+    ``construct`` names what could not convert (an op such as ``aten.linalg_svd``, a data-dependent branch,
+    a dynamic shape) and ``where`` the source line (``file:line``), when known.
+    """
+
+    def __init__(self, message: str, hint: str | None = None, *, construct: str | None = None, where: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.construct = construct
+        self.where = where

@@ -200,8 +200,11 @@ class _Recorder:
 _TORCH_LEGACY = b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19"  # pickle of torch's legacy-format magic number
 
 
-def check_replaceable_file(place: Place, st: os.stat_result) -> None:
-    """Raise :class:`CheckpointError` unless the existing entry is a writable earlier checkpoint file."""
+def check_replaceable_file(place: Place, st: os.stat_result, accepts: Callable[[bytes], bool] | None = None) -> None:
+    """Raise :class:`CheckpointError` unless the existing entry is a writable earlier checkpoint file.
+
+    ``accepts`` judges the file's first 14 bytes instead (another format's writer, e.g. ``ad.export``'s ``.tflite``).
+    """
     path = place.path
     if stat.S_ISDIR(st.st_mode):
         raise CheckpointError(
@@ -222,6 +225,10 @@ def check_replaceable_file(place: Place, st: os.stat_result) -> None:
         head = os.read(fd, len(_TORCH_LEGACY))
     finally:
         os.close(fd)
+    if accepts is not None:
+        if not accepts(head):
+            raise CheckpointError(f"Cannot replace {path}: the file there is not of the kind being written; it was left alone.")
+        return
     if not (head.startswith(b"PK\x03\x04") or head == _TORCH_LEGACY):
         raise CheckpointError(
             f"Cannot save {path}: a file that is not a checkpoint is there (it does not start like a torch.save "
@@ -230,16 +237,16 @@ def check_replaceable_file(place: Place, st: os.stat_result) -> None:
         )
 
 
-def write_file(place: Place, write: Callable[[IO[bytes]], Any]) -> None:
+def write_file(place: Place, write: Callable[[IO[bytes]], Any], *, accepts: Callable[[bytes], bool] | None = None) -> None:
     """``write(handle)`` into a locked temporary beside ``place``, fsync, rename over the target, fsync the directory.
 
-    An existing target must be an earlier checkpoint file (:func:`check_replaceable_file`). Where
+    An existing target must be an earlier checkpoint file, or one ``accepts`` takes (:func:`check_replaceable_file`). Where
     the directory is not writable but the target file is, the file is rewritten in place
     (:func:`_write_in_place`). Every failure is a :class:`CheckpointError` naming the file.
     """
     existing = place.lstat()
     if existing is not None:
-        check_replaceable_file(place, existing)
+        check_replaceable_file(place, existing, accepts)
     remove_stale_temps(place)
     try:
         fd, name = locked_temp_file(place)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from anydevice.backend import current
 from anydevice.errors import CheckpointError
@@ -34,6 +34,12 @@ def write_torch_file(obj: Any, path: Path) -> None:
     """``torch.save(obj)`` to ``path`` safely: no untrusted link followed, one atomic rename, errors naming the file."""
     import torch
 
+    write_safely(path, lambda handle: torch.save(obj, handle))
+
+
+def write_safely(path: Path, write: Callable[[IO[bytes]], Any], *, accepts: Callable[[bytes], bool] | None = None) -> None:
+    """``write(handle)`` to ``path`` the checkpoint way (:func:`anydevice.publish.write_file`); ``accepts`` judges
+    an existing file's head (default: only an earlier checkpoint is replaced)."""
     from anydevice.publish import write_file
     from anydevice.safe_place import open_place, save_error
 
@@ -42,7 +48,7 @@ def write_torch_file(obj: Any, path: Path) -> None:
     except OSError as exc:
         raise save_error(path, exc) from None
     with place:
-        write_file(place, lambda handle: torch.save(obj, handle))
+        write_file(place, write, accepts=accepts)
 
 
 def group_rank() -> int | None:

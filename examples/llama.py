@@ -222,22 +222,38 @@ class Llama(nn.Module):
             self.sin.copy_(sin)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self.logits(idx)
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def logits(self, idx: torch.Tensor) -> torch.Tensor:
+        """Next-token logits, ``[batch, time, vocab_size]``."""
         t = idx.shape[1]
         if t > self.config.seq_len:
             raise ValueError(f"A sequence of {t} tokens is longer than the model's context ({self.config.seq_len}).")
         cos, sin = self.cos[:t], self.sin[:t]
         x = self.embed(idx)
         for block in self.blocks:
-            if self.activation_checkpointing and torch.is_grad_enabled():
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
                 x = checkpoint(block, x, cos, sin, use_reentrant=False)
             else:
                 x = block(x, cos, sin)
-        logits = self.output(self.norm(x))
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        out: torch.Tensor = self.output(self.norm(x))
+        return out
 
     def matmul_params(self) -> int:
         """Parameters that take part in a matmul per token: every Linear weight (attention, MLP, output head)."""
         return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+
+
+class Logits(nn.Module):
+    """The decoder as an inference module, ``forward(idx) -> logits``: what ``ad.export`` converts for devices."""
+
+    def __init__(self, model: Llama) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.model.logits(idx)
 
 
 def build_config(preset: str, **overrides: int | None) -> LlamaConfig:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -39,7 +40,7 @@ import anydevice as ad
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/llama.py, however this file was loaded
 import corpus
-from llama import PRESETS, Llama, LlamaConfig, build_config
+from llama import PRESETS, Llama, LlamaConfig, Logits, build_config
 
 DATA = corpus.CORPUS
 QUIET_READ_EVERY = 100  # with --log-every 0 the loss is still read (silently) this often, to catch non-finite values
@@ -232,6 +233,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the loss to the host and log it (stderr, main rank) every K steps; 0: no log",
     )
     p.add_argument(
+        "--export",
+        nargs=2,
+        metavar=("TARGET", "FILE"),
+        help="after training, export the model (idx -> logits) for TARGET (litert) to FILE with ad.export, checked "
+        "against PyTorch (default: no export)",
+    )
+    p.add_argument(
         "--crash-at-step",
         type=non_negative_int,
         default=0,
@@ -267,6 +275,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         n_kv_heads=args.kv_heads,
         seq_len=max(args.seq_len, preset.config.seq_len),
     )
+    if args.export and args.export[0] not in ("litert",):
+        p.error(f"argument --export: unknown target {args.export[0]!r} (targets: litert)")
     problems = config.problems()
     if problems:
         p.error(f"the model shape does not work: {'; '.join(problems)} (--model {args.model} with --d-model/--heads/--kv-heads)")
@@ -436,6 +446,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     profile_files = [str(f) for f in session.files] if session else []
     if args.checkpoint_dir:
         save_checkpoint(args.checkpoint_dir, args.steps, core, optimizer, sharded)
+    exported = export_trained(core, args) if args.export else None
     report = meter.report()
     # The job runs at its slowest rank's pace: scale this rank's figures by its share of the longest timed span.
     slowest = ad.distributed.all_reduce(torch.tensor([report.seconds], dtype=torch.float64, device=ad.device()), "max")
@@ -472,6 +483,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "param_checksum": checksum,
         "replicas_agree": replicas_agree,
         "profile_files": profile_files,
+        "export": exported,
         "versions": b.versions,
         "main": main_rank,  # main() prints the result on this rank only
     }
@@ -488,7 +500,42 @@ def save_checkpoint(directory: Path, step: int, core: nn.Module, optimizer: torc
     if sharded:
         ad.checkpoint.save({"model": core, "optimizer": optimizer, "step": step}, directory / f"step-{step}")
     else:
-        ad.save({"step": step, "model": core.state_dict(), "optimizer": optimizer.state_dict()}, directory / f"step-{step}.pt")
+        config = dataclasses.asdict(core.config)  # for `anydevice export` (anydevice_export below)
+        ad.save(
+            {"step": step, "model": core.state_dict(), "optimizer": optimizer.state_dict(), "config": config},
+            directory / f"step-{step}.pt",
+        )
+
+
+def export_trained(core: nn.Module, args: argparse.Namespace) -> dict[str, Any]:
+    """``--export TARGET FILE``: the trained model's logits, traced with one sequence of the training data."""
+    target, path = args.export
+    sample = next(iter(batches(args, 0, 1)))[0][:1]
+    exported = ad.export(Logits(core), (sample,), target=target, path=path)
+    if ad.distributed.is_main() or ad.distributed.world_size() == 1:
+        print(exported.summary(), file=sys.stderr)
+    return exported.as_dict()
+
+
+def anydevice_export(checkpoint: dict[str, Any] | None) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """``anydevice export step-N.pt --script examples/train.py``: the checkpoint's model (logits) and one sequence.
+
+    Without a checkpoint, the tiny preset's freshly initialised model.
+    """
+    if checkpoint is None:
+        config = PRESETS["tiny"].config
+    elif "config" not in checkpoint:
+        raise ad.AnyDeviceError(
+            "This checkpoint holds no model config (written by an older examples/train.py).",
+            "Retrain with this train.py, or export right after training: --export litert FILE.",
+        )
+    else:
+        config = LlamaConfig(**checkpoint["config"])
+    model = Llama(config)
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+    sample = corpus.corpus_bytes()[: config.seq_len].long().unsqueeze(0)
+    return Logits(model), (sample,)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,7 @@ import json
 
 from tests.utils import python
 
-HEAVY = ("torch", "torch_xla", "torch_tpu", "torch_neuronx", "numpy", "pydantic")
+HEAVY = ("torch", "torch_xla", "torch_tpu", "torch_neuronx", "numpy", "pydantic", "litert_torch", "ai_edge_litert")
 
 
 def _imported_after(code: str, env: dict[str, str] | None = None) -> list[str]:

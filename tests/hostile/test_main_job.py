@@ -48,6 +48,7 @@ job = _train_module()
         (["--log-every", "-1"], "argument --log-every: must be an integer >= 0, got -1"),
         (["--checkpoint-every", "-2"], "argument --checkpoint-every: must be an integer >= 0, got -2"),
         (["--model", "70b"], "argument --model: invalid choice: '70b'"),
+        (["--export", "onnx", "m.onnx"], "argument --export: unknown target 'onnx' (targets: litert)"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

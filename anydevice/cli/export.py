@@ -1,0 +1,101 @@
+"""``anydevice export CHECKPOINT_OR_SCRIPT --target litert --out FILE``: ``ad.export`` from the command line.
+
+The model comes from a script that defines ``anydevice_export(checkpoint)`` returning ``(model,
+example_inputs)``: given a script, it is called with ``None``; given a checkpoint file (``ad.save``),
+the checkpoint is loaded with ``ad.load`` and passed to the hook of the script named by ``--script``
+(``examples/train.py`` for the main job's checkpoints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from anydevice.errors import ExportError
+
+HOOK = "anydevice_export"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="anydevice export",
+        description="Convert a model for an edge runtime, check it against PyTorch, write the file atomically.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("source", type=Path, metavar="CHECKPOINT_OR_SCRIPT", help=f"a .py defining {HOOK}(), or an ad.save file")
+    parser.add_argument("--target", choices=("litert",), default="litert", help="the edge runtime")
+    parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="the file to write (e.g. model.tflite)")
+    parser.add_argument(
+        "--script", type=Path, metavar="PY", help=f"with a checkpoint: the script whose {HOOK}(checkpoint) builds the model"
+    )
+    parser.add_argument(
+        "--quantize", metavar="RECIPE", help="int8, int8_weight_only, fp16 or a litert-torch recipe name (default: float32)"
+    )
+    parser.add_argument("--json", action="store_true", help="print what was exported as JSON")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    model, example_inputs = load_model(args.source, args.script)
+    import anydevice as ad
+
+    exported = ad.export(model, example_inputs, target=args.target, path=args.out, quantize=args.quantize)
+    if args.json:
+        print(json.dumps(exported.as_dict(), indent=2, sort_keys=True))
+    else:
+        print(exported.summary())
+    return 0
+
+
+def load_model(source: Path, script: Path | None) -> tuple[Any, Any]:
+    """``(model, example_inputs)`` from a script's hook, given the loaded checkpoint when ``source`` is one."""
+    if not source.exists():
+        raise ExportError(f"Cannot export {source}: no such file.")
+    if source.is_dir():
+        raise ExportError(
+            f"Cannot export {source}: it is a directory (a sharded ad.checkpoint).",
+            f"Load it into the model in a script and export from there: its {HOOK}(None) returns (model, example_inputs).",
+        )
+    if source.suffix == ".py":
+        return _call_hook(source, None)
+    if script is None:
+        raise ExportError(
+            f"{source} is a checkpoint: anydevice export needs the script that builds its model.",
+            f"Pass --script PY, a file defining {HOOK}(checkpoint) -> (model, example_inputs) "
+            "(examples/train.py for the main job's checkpoints).",
+        )
+    import anydevice as ad
+
+    return _call_hook(script, ad.load(source))
+
+
+def _call_hook(script: Path, checkpoint: Any) -> tuple[Any, Any]:
+    hook = _load_hook(script)
+    result = hook(checkpoint)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ExportError(f"{script}: {HOOK}() must return (model, example_inputs), got {type(result).__name__}.")
+    return result[0], result[1]
+
+
+def _load_hook(script: Path) -> Callable[[Any], Any]:
+    if not script.is_file():
+        raise ExportError(f"Cannot load {script}: no such file.")
+    spec = importlib.util.spec_from_file_location(f"_anydevice_export_{script.stem}", script)
+    if spec is None or spec.loader is None:
+        raise ExportError(f"Cannot load {script} as a Python module.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickles look their module up here
+    spec.loader.exec_module(module)
+    hook = getattr(module, HOOK, None)
+    if not callable(hook):
+        raise ExportError(
+            f"{script} defines no {HOOK}().",
+            f"Add def {HOOK}(checkpoint): ... return model, example_inputs (checkpoint is None for a script alone).",
+        )
+    return hook  # type: ignore[no-any-return]

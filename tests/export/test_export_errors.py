@@ -1,0 +1,78 @@
+"""ad.export and `anydevice export` without litert-torch (the main lane): clear errors, nothing written, cheap import."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import anydevice as ad
+from anydevice.errors import ExportError
+from tests.export.conftest import entries
+from tests.utils import anydevice_cli, python
+
+LITERT_INSTALLED = importlib.util.find_spec("litert_torch") is not None
+
+
+@pytest.mark.skipif(LITERT_INSTALLED, reason="litert-torch is installed here: this checks the error where it is not")
+def test_without_litert_torch_the_error_says_how_to_install_it(tmp_path: Path) -> None:
+    with pytest.raises(ExportError) as caught:
+        ad.export(torch.nn.Linear(4, 4), torch.randn(2, 4), target="litert", path=tmp_path / "m.tflite")
+    assert str(caught.value).startswith("litert-torch is not installed; pip install litert-torch==0.10.0 ai-edge-litert==2.3.0")
+    assert entries(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"target": "onnx"}, "Unknown export target 'onnx'"),
+        ({"quantize": "int3"}, "Unknown quantize='int3' for target 'litert'"),
+        ({"example_inputs": ()}, "ad.export needs example inputs: got none"),
+        ({"example_inputs": ([1, 2],)}, "Example input 0 is a list, not a tensor"),
+        ({"model": lambda x: x}, "ad.export needs a torch.nn.Module, got function"),
+    ],
+)
+def test_bad_input_is_one_clear_error_before_any_work(tmp_path: Path, kwargs: dict[str, object], message: str) -> None:
+    call: dict[str, object] = {"model": torch.nn.Linear(4, 4), "example_inputs": torch.randn(2, 4), "path": tmp_path / "m.tflite"}
+    call.update(kwargs)
+    with pytest.raises(ExportError, match=message.replace("(", r"\(")):
+        ad.export(**call)  # type: ignore[arg-type]
+    assert entries(tmp_path) == []
+
+
+def test_a_directory_or_another_file_at_the_path_is_refused_and_left_alone(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(ExportError, match="it is a directory"):
+        ad.export(torch.nn.Linear(4, 4), torch.randn(2, 4), path=tmp_path)
+    with pytest.raises(ExportError, match="a file that is not a LiteRT model is there"):
+        ad.export(torch.nn.Linear(4, 4), torch.randn(2, 4), path=notes)
+    assert notes.read_text() == "mine"
+
+
+def test_import_anydevice_imports_nothing_of_litert() -> None:
+    code = "import json, sys\nimport anydevice as ad\nad.export\nprint(json.dumps(sorted(sys.modules)))"
+    proc = python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    loaded = {name.split(".")[0] for name in json.loads(proc.stdout.strip().splitlines()[-1])}
+    assert not {"litert_torch", "ai_edge_litert", "torch", "jax"} & loaded
+
+
+def test_cli_errors_are_one_message_and_exit_2(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "step-1.pt"
+    torch.save({"model": {}}, checkpoint)
+    no_hook = tmp_path / "nohook.py"
+    no_hook.write_text("x = 1\n")
+    cases = [
+        ([str(tmp_path / "missing.pt")], "no such file"),
+        ([str(checkpoint)], "is a checkpoint: anydevice export needs the script that builds its model"),
+        ([str(checkpoint), "--script", str(no_hook)], "defines no anydevice_export()"),
+        ([str(tmp_path)], "it is a directory"),
+    ]
+    for args, message in cases:
+        proc = anydevice_cli("export", *args, "--out", str(tmp_path / "m.tflite"))
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+    assert not (tmp_path / "m.tflite").exists()
