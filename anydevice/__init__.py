@@ -32,6 +32,7 @@ from anydevice.api import (
     to,
 )
 from anydevice.backend import Backend, reset, use
+from anydevice.capabilities import Capabilities, capabilities
 from anydevice.device_module import device_module
 from anydevice.errors import AnyDeviceError
 from anydevice.meter import StepMeter, transformer_training_flops_per_token
@@ -41,10 +42,12 @@ __version__ = "0.1.0"
 __all__ = [
     "AnyDeviceError",
     "Backend",
+    "Capabilities",
     "StepMeter",
     "__version__",
     "autocast",
     "backend",
+    "capabilities",
     "checkpoint",
     "compile",
     "data_loader",

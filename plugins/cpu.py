@@ -7,9 +7,15 @@ import platform
 from collections.abc import Callable
 from pathlib import Path
 
+from anydevice.check_facts import ALL_DTYPES, FP8, CheckFacts
 from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
+
+CHECK_FACTS = CheckFacts(
+    dtypes=ALL_DTYPES | FP8, fallback="never", compile_backends=("inductor",), sources=("torch's CPU backend",)
+)
+"""The host: every dtype, dynamic shapes, nothing to fall back from; its memory is the host's."""
 
 
 def chip() -> str | None:
@@ -60,5 +66,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             priority=0,
             hardware=Hardware(pjrt_names=("CPU",), host=True),  # ranks share the cores: `run -n` allows 4 per core
             serving=SERVING,
+            check=CHECK_FACTS,
         )
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 from anydevice import detect as d
 from anydevice import versions
+from anydevice.check_facts import FP8, NO_DOUBLE, CheckFacts, GiB
 from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
 from anydevice.errors import DeviceUnavailableError
 from anydevice.hookspecs import hookimpl
@@ -36,6 +37,19 @@ INSTALL_AFTER_XLA = (
 NO_CHIP_FIX = "run on a Cloud TPU VM (PCI vendor 0x1ae0 with /dev/vfio)"
 XPROF = "TensorBoard with the profile plugin, or XProf (open the run directory's .xplane.pb)"
 PAIRED_PACKAGES: dict[str, versions.PairRule] = {"torch_tpu": "requires_dist", "torch_xla": "lockstep"}
+CHECK_FACTS = CheckFacts(
+    dtypes=NO_DOUBLE | FP8,  # no float64/complex on the MXU path; fp8 storage types exist (torch_tpu, [doc])
+    static_shapes=True,  # torch_tpu compiles with dynamic=False by default; torch_xla traces static shapes
+    # HBM per chip (Google Cloud TPU docs, per generation)
+    memory_per_chip={"TPU v4": 32 * GiB, "TPU v5e": 16 * GiB, "TPU v5p": 95 * GiB, "TPU v6e": 32 * GiB, "TPU v7": 192 * GiB},
+    # torch_tpu/_internal/utils/hardware.py lists whole slices only; any other count never passes its start barrier
+    world_sizes={"TPU v4": (1, 2, 4, 8), "TPU v5e": (1, 4, 8), "TPU v6e": (1, 4, 8), "TPU v7": (2, 4, 8)},
+    fallback="warnings",
+    fallback_warning=r"<TorchTpu/Performance/",  # torch_tpu/_internal/warnings.py prefixes its fallback warnings
+    compile_backends=("tpu", "openxla"),
+    sources=("Google Cloud TPU docs (HBM per chip)", "torch_tpu 0.2.0 hardware tables (whole slices)"),
+)
+"""What ``anydevice check`` and ``ad.capabilities()`` read for TPUs (no TPU op table is shipped: ops are not verified)."""
 
 
 def tpu_chips(pci_root: str = "/sys/bus/pci/devices", vfio_root: str = "/dev/vfio") -> list[str]:
@@ -193,5 +207,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             settings=(lazy_xla.PJRT_DEVICE,),  # the torch_xla fallback's runtime
             hardware=Hardware(pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU"),
             serving=SERVING,
+            check=CHECK_FACTS,
         )
     )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from anydevice import detect as d
 from anydevice import versions
+from anydevice.check_facts import ALL_DTYPES, CheckFacts, OpTable
 from anydevice.device_spec import Detection, DeviceSpec, Hardware, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
@@ -34,6 +35,17 @@ if TYPE_CHECKING:
 NAME = "xla"
 HOST = "CPU"
 """The PJRT runtime on the host CPU: always present, single-process, no persistent cache."""
+CHECK_FACTS = CheckFacts(
+    dtypes=ALL_DTYPES,  # PJRT CPU computes float64 and complex; a TPU behind PJRT_DEVICE does not (check --target tpu)
+    static_shapes=True,  # lazy tensors and openxla trace static shapes: a new shape is a new graph
+    op_table=OpTable(
+        source="torch_xla's registered XLA kernels (a local lowering check)", dispatch_key="XLA", module="torch_xla"
+    ),
+    fallback="counters",  # torch_xla counts each op it ran on the CPU (torch_xla.debug.metrics)
+    compile_backends=("openxla",),
+    sources=("torch_xla 2.9 on PJRT CPU (ran)",),
+)
+"""What ``anydevice check`` reads for xla: ops are judged by the XLA kernels torch_xla registers, when it is importable."""
 
 # What the matrix should see fail or skip on xla; each entry is backed by a real run.
 UNSUPPORTED = {
@@ -174,6 +186,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry:
             settings=(PJRT_DEVICE,),
             hardware=Hardware(ray_resource=functools.partial(ray_resource, registry)),
             serving=SERVING,
+            check=CHECK_FACTS,
         )
     )
 

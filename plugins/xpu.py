@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from anydevice import detect as d
+from anydevice.check_facts import ALL_DTYPES, CheckFacts
 from anydevice.device_spec import Detection, DeviceSpec, Serving
 from anydevice.hookspecs import hookimpl
 from anydevice.shims.contracts import Shims
+
+CHECK_FACTS = CheckFacts(dtypes=ALL_DTYPES, fallback="never", compile_backends=("inductor",), sources=("torch's XPU backend",))
+"""What ``anydevice check`` reads for Intel GPUs (eager; an op without a kernel raises)."""
 
 INTEL_PCI_VENDOR = "0x8086"
 
@@ -76,4 +80,6 @@ SERVING = {
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70, serving=SERVING))
+    register(
+        DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70, serving=SERVING, check=CHECK_FACTS)
+    )
