@@ -57,6 +57,9 @@ class OpTable:
         checked locally when the vendor package is importable (``XLA`` for torch_xla): an op with a kernel
         for the key, or one that decomposes, is native; any other op falls back to the CPU.
     :param module: the module to import so the dispatch key's kernels are registered (``torch_xla``).
+    :param probe: ``"module:function"`` taking a function of a device that runs one op, returning the names of
+        the ops that ran on the CPU: ops without a kernel for the key are run once on the device to decide
+        (torch_xla on PJRT CPU: ``anydevice.shims.lazy_xla:fallback_probe``).
     """
 
     source: str
@@ -65,6 +68,7 @@ class OpTable:
     ops: Mapping[str, str] = field(default_factory=dict)
     dispatch_key: str | None = None
     module: str | None = None
+    probe: str | None = None
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,10 @@ CHECK_FACTS = CheckFacts(
     dtypes=ALL_DTYPES,  # PJRT CPU computes float64 and complex; a TPU behind PJRT_DEVICE does not (check --target tpu)
     static_shapes=True,  # lazy tensors and openxla trace static shapes: a new shape is a new graph
     op_table=OpTable(
-        source="torch_xla's registered XLA kernels (a local lowering check)", dispatch_key="XLA", module="torch_xla"
+        source="torch_xla's XLA kernels and a lowering probe on PJRT CPU",
+        dispatch_key="XLA",
+        module="torch_xla",
+        probe="anydevice.shims.lazy_xla:fallback_probe",
     ),
     fallback="counters",  # torch_xla counts each op it ran on the CPU (torch_xla.debug.metrics)
     compile_backends=("openxla",),

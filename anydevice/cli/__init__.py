@@ -28,6 +28,7 @@ DELEGATED: dict[str, tuple[str, str]] = {
     "doctor": ("anydevice.cli.doctor", "diagnose the environment; non-zero exit with fixes on problems"),
     "run": ("anydevice.cli.launch", "launch N processes the device's way (torchrun, spawn, ...)"),
     "matrix": ("anydevice.compat_matrix.cli", "run the probe suite or render the compatibility matrix"),
+    "check": ("anydevice.cli.check", "will SCRIPT run on --target tpu,neuron,xla? static analysis on the CPU, not a run"),
 }
 
 
