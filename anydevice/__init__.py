@@ -36,6 +36,7 @@ from anydevice.capabilities import Capabilities, capabilities
 from anydevice.device_module import device_module
 from anydevice.errors import AnyDeviceError
 from anydevice.meter import StepMeter, transformer_training_flops_per_token
+from anydevice.preflight import check
 
 __version__ = "0.1.0"
 
@@ -48,6 +49,7 @@ __all__ = [
     "autocast",
     "backend",
     "capabilities",
+    "check",
     "checkpoint",
     "compile",
     "data_loader",

@@ -62,8 +62,8 @@ def check(
     """Will ``model`` run on ``target``? A static analysis on the CPU, not a run; the target is not needed.
 
     ``example_inputs`` (a tuple of positional arguments, or one tensor) is called on a CPU copy of the model:
-    forward, a backward of the summed output and, with ``optimizer``, one step of an optimizer of the same
-    class and settings on the copy (the caller's model and optimizer are untouched). ``loader``: the input
+    forward, a backward of the summed output and, with ``optimizer``, one step of a copy of it on the model's
+    copy (the caller's model and optimizer are untouched). ``loader``: the input
     signatures come from its first ``steps`` batches instead of the example. Returns a
     :class:`~anydevice.preflight.schema.Report`; ``report.ok`` is True when every target "runs".
     """
@@ -73,13 +73,13 @@ def check(
 
     names = targets_of(target)
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    work = copy.deepcopy(model).to("cpu").train()
+    work, opt = copy.deepcopy((model, optimizer))  # one memo: the copied optimizer holds the copied parameters
+    work = work.to("cpu").train()
     args = tuple(a.to("cpu") if isinstance(a, torch.Tensor) else a for a in args)
     observer = Observer(steps, world_size)
     batches = list(itertools.islice(loader, steps)) if loader is not None else [args]
     for batch in batches:
         observer.batch(batch)
-    opt = type(optimizer)(work.parameters(), **optimizer.defaults) if optimizer is not None else None
     with observer.recorder:
         with observer.first_call(work, args, {}):
             out = work(*args)
