@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from anydevice.backend import Backend
     from anydevice.check_facts import CheckFacts
 
+HOST_READS = frozenset({"aten::_local_scalar_dense"})
+"""What torch_xla counts among fallbacks but is a read of a device value (``.item()``), not an op computed on the CPU."""
 _explicit: bool | None = None
 _lock = threading.Lock()
 _watch: _Watch | None = None
@@ -115,7 +117,7 @@ class _Watch:
     def check(self) -> None:
         if self.facts.fallback != "counters":
             return
-        counts = self._counts()
+        counts = {op: n for op, n in self._counts().items() if op not in HOST_READS}
         new = {op: n - self.seen.get(op, 0) for op, n in counts.items() if n > self.seen.get(op, 0)}
         self.seen = counts
         if not new:

@@ -13,7 +13,7 @@ import importlib.util
 from typing import Any
 
 from anydevice.check_facts import CheckFacts
-from anydevice.preflight.schema import Finding, Observation, OpStatus, OpVerdict, TargetReport, Verdict
+from anydevice.preflight.schema import Finding, Observation, OpStatus, OpVerdict, Severity, TargetReport, Verdict
 
 ORDER: tuple[Verdict, ...] = (
     "runs",
@@ -27,6 +27,8 @@ ORDER: tuple[Verdict, ...] = (
 CPU_ONLY_MARKERS = ("_for_cpu", "mkldnn", "_cpu_")
 """ATen ops the CPU picks for a portable op (``_scaled_dot_product_flash_attention_for_cpu``): another device picks its own."""
 HOST_READ = "aten::_local_scalar_dense"
+ON_DEVICE_FIX = "keep the value on the device (torch.where, masks) instead of reading or filtering by it"
+BREAK_FIX = "remove the Python branch on tensor data / the data-dependent op (torch.where, masks)"
 
 
 def _gib(n: int) -> str:
@@ -114,29 +116,7 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     lines = {u.op: u.line for u in obs.ops}
     verdicts: list[Verdict] = ["runs"]
     fallbacks = [v for v in ops if v.status == "cpu_fallback"]
-    for v in fallbacks:
-        findings.append(
-            Finding(
-                check="ops",
-                severity="warning",
-                message=f"{v.op} runs on the CPU ({v.source})",
-                line=lines[v.op],
-                fix=f"replace {v.op} with ops the target lowers, or move it out of the training step",
-            )
-        )
-    if fallbacks:
-        verdicts.append("runs with CPU fallbacks")
-    for v in (v for v in ops if v.status == "unsupported"):
-        findings.append(
-            Finding(
-                check="ops",
-                severity="error",
-                message=f"{v.op} is not supported ({v.source})",
-                line=lines[v.op],
-                fix=f"replace {v.op}",
-            )
-        )
-        verdicts.append("will not compile")
+    verdicts += _op_findings(ops, lines, findings)
     unknown = [v.op for v in ops if v.status == "unknown"]
     if unknown:
         source = next(v.source for v in ops if v.status == "unknown")
@@ -150,6 +130,8 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     verdicts += _memory(facts, obs, findings)
     _cuda(target, obs, findings)
     verdict = max(verdicts, key=ORDER.index)
+    calls = {u.op: u.calls for u in obs.ops}
+    cuts = sum(u.calls for u in obs.data_dependent if u.op == HOST_READ) + sum(calls[v.op] for v in fallbacks)
     summary = {
         "runs": "runs",
         "runs with CPU fallbacks": f"runs with {len(fallbacks)} CPU fallback(s)",
@@ -165,11 +147,36 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
         cpu_fallbacks=len(fallbacks),
         predicted_compiles=compiles,
         recompiles=recompiles,
+        graphs_per_step=1 + cuts if facts.static_shapes else None,
         findings=findings,
         fixes=fixes[:5],
         ops=ops,
         sources=sources,
     )
+
+
+OP_PROBLEMS: dict[str, tuple[Severity, str, str, Verdict]] = {
+    "cpu_fallback": (
+        "warning",
+        "runs on the CPU",
+        "with ops the target lowers, or move it out of the training step",
+        "runs with CPU fallbacks",
+    ),
+    "unsupported": ("error", "is not supported", "with ops the target supports", "will not compile"),
+}
+
+
+def _op_findings(ops: list[OpVerdict], lines: dict[str, str | None], findings: list[Finding]) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    for v in ops:
+        if v.status in OP_PROBLEMS:
+            severity, what, fix, verdict = OP_PROBLEMS[v.status]
+            message = f"{v.op} {what} ({v.source})"
+            findings.append(
+                Finding(check="ops", severity=severity, message=message, line=lines[v.op], fix=f"replace {v.op} {fix}")
+            )
+            verdicts.append(verdict)
+    return verdicts
 
 
 def _table_source(facts: CheckFacts) -> list[str]:
@@ -204,15 +211,8 @@ def _shapes(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> tup
             else "has a data-dependent output shape"
         )
         severity = "warning" if facts.static_shapes else "info"
-        findings.append(
-            Finding(
-                check="shapes",
-                severity=severity,
-                message=f"{op.op} {what}, {op.calls}x in the first step",
-                line=op.line,
-                fix="keep the value on the device (torch.where, masks) instead of reading or filtering by it",
-            )
-        )
+        message = f"{op.op} {what}, {op.calls}x in the first step"
+        findings.append(Finding(check="shapes", severity=severity, message=message, line=op.line, fix=ON_DEVICE_FIX))
     if not facts.static_shapes:
         return 0, None
     recompiles = max(distinct - 1, 0)
@@ -243,13 +243,7 @@ def _capture(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> No
     severity = "warning" if facts.static_shapes else "info"
     for b in cap.breaks:
         findings.append(
-            Finding(
-                check="capture",
-                severity=severity,
-                message=f"graph break: {b.reason}",
-                line=b.line,
-                fix="remove the Python branch on tensor data / the data-dependent op (torch.where, masks)",
-            )
+            Finding(check="capture", severity=severity, message=f"graph break: {b.reason}", line=b.line, fix=BREAK_FIX)
         )
 
 

@@ -206,6 +206,7 @@ class Observer:
         return Observation(
             steps=self.steps_done,
             signatures=[Signature(signature=s, batches=n) for s, n in counts.items()],
+            sequence=[list(counts).index(s) for s in self.batches],
             capture=capture,
             ops=ops,
             core_aten=core,

@@ -73,6 +73,8 @@ class Observation(_Model):
 
     steps: int
     signatures: list[Signature]
+    sequence: list[int] = Field(default_factory=list)
+    """For each batch drawn, in order, the index of its signature in ``signatures``."""
     capture: Capture
     ops: list[OpUse]
     core_aten: list[str] = Field(default_factory=list)
@@ -113,6 +115,8 @@ class TargetReport(_Model):
     cpu_fallbacks: int
     predicted_compiles: int | None
     recompiles: int
+    graphs_per_step: int | None = None
+    """On a static-shape target: graphs each step runs, 1 + host reads + CPU-fallback calls (each cuts the graph)."""
     findings: list[Finding]
     fixes: list[str]
     ops: list[OpVerdict]

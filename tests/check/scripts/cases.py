@@ -1,7 +1,8 @@
 """Small models made to fail one check each, trained from a DataLoader: ``python cases.py CASE [--steps N]``.
 
-Cases: clean, branch (a Python branch on tensor data), nonzero, float64 (a float64 buffer), varying (a
-different sequence length every batch), cuda (CUDA-only calls, as written for GPUs). Each offending
+Runs on the device ANYDEVICE selects (the cuda case on "cuda", as written for GPUs). Cases: clean,
+branch (a Python branch on tensor data), nonzero, float64 (a float64 buffer), varying (a different
+sequence length every batch), cuda (CUDA-only calls, as written for GPUs). Each offending
 line carries a ``# CHECK: <case>`` marker, which the tests look up.
 """
 
@@ -9,6 +10,8 @@ import argparse
 
 import torch
 from torch import nn
+
+import anydevice as ad
 
 
 class Model(nn.Module):
@@ -45,7 +48,7 @@ def main() -> None:
     data = torch.utils.data.TensorDataset(torch.randn(4 * args.steps, 6, 8))
     varying = args.case == "varying"
     loader = torch.utils.data.DataLoader(data, batch_size=4, collate_fn=collate if varying else None)
-    device = "cuda" if args.case == "cuda" else "cpu"
+    device = "cuda" if args.case == "cuda" else ad.device()
     model = Model(args.case).to(device)
     if args.case == "cuda":
         torch.cuda.synchronize()  # CHECK: cuda
@@ -56,6 +59,8 @@ def main() -> None:
         loss.backward()
         opt.step()
         opt.zero_grad()
+        if args.case != "cuda":
+            ad.step()
     print("done")
 
 
