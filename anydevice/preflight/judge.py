@@ -13,6 +13,7 @@ import importlib.util
 from typing import Any
 
 from anydevice.check_facts import CheckFacts
+from anydevice.preflight.observe import DATA_DEPENDENT
 from anydevice.preflight.schema import Finding, Observation, OpStatus, OpVerdict, Severity, TargetReport, Verdict
 
 ORDER: tuple[Verdict, ...] = (
@@ -27,6 +28,8 @@ ORDER: tuple[Verdict, ...] = (
 CPU_ONLY_MARKERS = ("_for_cpu", "mkldnn", "_cpu_")
 """ATen ops the CPU picks for a portable op (``_scaled_dot_product_flash_attention_for_cpu``): another device picks its own."""
 HOST_READ = "aten::_local_scalar_dense"
+PROBED_ANYWAY = DATA_DEPENDENT - {HOST_READ}
+"""Data-dependent ops are probed even with a kernel: torch_xla registers nonzero but runs it on the CPU by default."""
 ON_DEVICE_FIX = "keep the value on the device (torch.where, masks) instead of reading or filtering by it"
 BREAK_FIX = "remove the Python branch on tensor data / the data-dependent op (torch.where, masks)"
 
@@ -75,7 +78,7 @@ def op_status(op: str, facts: CheckFacts, example: Any = None) -> tuple[OpStatus
 
     key, version = checker
     has = torch._C._dispatch_has_kernel_for_dispatch_key
-    if has(op, key) or has(op, "CompositeImplicitAutograd"):
+    if (has(op, key) or has(op, "CompositeImplicitAutograd")) and op not in PROBED_ANYWAY:
         return "native", f"{key} kernels registered by {version}"
     if table.probe is None or example is None:
         return "unknown", f"no {key} kernel registered by {version}, and no probe could run it"
@@ -131,7 +134,7 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     _cuda(target, obs, findings)
     verdict = max(verdicts, key=ORDER.index)
     calls = {u.op: u.calls for u in obs.ops}
-    cuts = sum(u.calls for u in obs.data_dependent if u.op == HOST_READ) + sum(calls[v.op] for v in fallbacks)
+    cuts = sum(u.before_step for u in obs.data_dependent if u.op == HOST_READ) + sum(calls[v.op] for v in fallbacks)
     summary = {
         "runs": "runs",
         "runs with CPU fallbacks": f"runs with {len(fallbacks)} CPU fallback(s)",

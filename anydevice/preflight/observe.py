@@ -37,22 +37,27 @@ class OpRecorder(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ops: dict[str, list[Any]] = {}  # name -> [calls, line, described arguments of the first call]
+        self.ops: dict[str, list[Any]] = {}  # name -> [calls, line, first call's arguments, calls before the optimizer step]
         self.dtypes: dict[str, str | None] = {}
         self.host_reads_in_optimizer = 0
         self.in_optimizer = False  # set around optimizer.step(): its step counters are host scalars by design
+        self.stepped = False  # set after the optimizer step: what follows (logging reads) is after the step's graph
+        self.paused = False  # set while the loader makes the next batch (host-side data work)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        if self.paused:
+            return out
         name = func.name()
         if self.in_optimizer and name in DATA_DEPENDENT:
             self.host_reads_in_optimizer += 1
             return out
         entry = self.ops.get(name)
         if entry is None:
-            self.ops[name] = [1, user_line(), describe([list(args), dict(kwargs or {})])]
+            self.ops[name] = [1, user_line(), describe([list(args), dict(kwargs or {})]), int(not self.stepped)]
         else:
             entry[0] += 1
+            entry[3] += int(not self.stepped)
         for value in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(value, torch.Tensor):
                 dtype = str(value.dtype).removeprefix("torch.")
@@ -196,7 +201,8 @@ class Observer:
         for sig in self.batches:
             counts[sig] = counts.get(sig, 0) + 1
         ops = [
-            OpUse(op=name, calls=calls, line=line, example=ex) for name, (calls, line, ex) in sorted(self.recorder.ops.items())
+            OpUse(op=name, calls=calls, line=line, example=ex, before_step=before)
+            for name, (calls, line, ex, before) in sorted(self.recorder.ops.items())
         ]
         capture, core, export_error = Capture(error="the model was never called"), [], None
         if self.model is not None:

@@ -46,7 +46,15 @@ class Hooks:
 
         def iterate(loader: Any) -> Any:
             hooks.loader_seen = True
-            for batch in loader_iter(loader):
+            batches = loader_iter(loader)
+            while True:
+                hooks.observer.recorder.paused = True  # making a batch is host-side data work, not the step's
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                finally:
+                    hooks.observer.recorder.paused = False
                 hooks.observer.batch(batch)
                 yield batch
 
@@ -54,6 +62,8 @@ class Hooks:
             if hooks.depth or not hooks.loader_seen:
                 return hooks.nested(module_call, module, args, kwargs)
             hooks.calls += 1
+            if hooks.observer.steps_done:
+                hooks.stop_recording()  # the first iteration ended: its ops after the optimizer step are in
             if hooks.observer.model is None and any(p.requires_grad for p in module.parameters()):
                 hooks.recording = True
                 hooks.observer.recorder.__enter__()
@@ -87,7 +97,7 @@ class Hooks:
             return  # an optimizer stepped before the model ran on a loader batch
         self.observer.steps_done += 1
         if self.observer.steps_done == 1:
-            self.stop_recording()
+            self.observer.recorder.stepped = True
             self.observer.optimizer_stepped(optimizer, self.observer.model)
         if self.observer.steps_done >= self.observer.steps:
             raise _Enough

@@ -50,6 +50,8 @@ class OpUse(_Model):
     op: str
     calls: int
     line: str | None = None
+    before_step: int = 0
+    """Of ``calls``, those before the optimizer step (the rest ran after it, e.g. a loss read for logging)."""
     example: Any = None
     """The first call's arguments (``[args, {"kwargs": ...}]``, tensors as shape and dtype), for a lowering probe."""
 
