@@ -187,8 +187,9 @@ def _table_source(facts: CheckFacts) -> list[str]:
     if table is None:
         return []
     checker = _dispatch_checker(table.dispatch_key, table.module)
-    used = f", {checker[1]}" if checker else (f", {table.module} not importable here" if table.module else "")
-    return [f"{table.source} (version {table.version}, {table.date}{used})"]
+    parts = [p for p in (table.version, table.date) if p != "unknown"]
+    parts.append(checker[1] if checker else f"{table.module} not importable here" if table.module else "")
+    return [f"{table.source} ({', '.join(p for p in parts if p)})"]
 
 
 def _dtypes(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> list[Verdict]:
