@@ -85,6 +85,7 @@ class CheckFacts:
     :param fallback_warning: with ``fallback="warnings"``: a regular expression the runtime's fallback
         warnings match; strict mode turns them into errors.
     :param compile_backends: ``torch.compile`` backends the device runs (its own first).
+    :param runs_cuda_calls: ``torch.cuda`` calls run natively here (the CUDA device itself): not reported.
     :param sources: where these facts come from, one phrase each (docs, tables, runs), for the report.
     """
 
@@ -96,6 +97,7 @@ class CheckFacts:
     fallback: FallbackMechanism = "unknown"
     fallback_warning: str | None = None
     compile_backends: tuple[str, ...] = ()
+    runs_cuda_calls: bool = False
     sources: tuple[str, ...] = ()
 
 

@@ -26,6 +26,7 @@ CHECK_FACTS = CheckFacts(
     memory_per_chip={"A100": 80 * GiB, "H100": 80 * GiB, "H200": 141 * 10**9, "B200": 180 * 10**9, "MI300X": 192 * GiB},
     fallback="never",  # an op without a CUDA kernel raises; nothing runs on the CPU silently
     compile_backends=("inductor",),
+    runs_cuda_calls=True,
     sources=("NVIDIA and AMD datasheets (memory per GPU)",),
 )
 """What ``anydevice check`` reads for CUDA GPUs (eager, dynamic shapes; every torch op has a CUDA kernel)."""

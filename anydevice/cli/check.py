@@ -21,7 +21,7 @@ from anydevice.errors import AnyDeviceError
 
 OWN = {"--target": True, "-t": True, "--steps": True, "-n": True, "--nproc": True, "--timeout": True, "--json": False}
 USAGE = "usage: anydevice check SCRIPT [ARGS...] --target DEVICES [--json] [--steps N] [-n N] [--timeout S] [-- SCRIPT ARGS]"
-DROPPED = frozenset({"ANYDEVICE_STRICT", "PJRT_DEVICE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"})
+DROPPED = frozenset({"ANYDEVICE_STRICT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"})
 """Variables the child must not inherit: it runs one plain process on the CPU."""
 
 

@@ -45,8 +45,8 @@ def report(observation: Observation, targets: Sequence[str], script: str | None 
     from anydevice import __version__
 
     observation.versions.setdefault("anydevice", __version__)
-    data = {"script": script, "observation": observation, "targets": reports, "ok": all(r.verdict == "runs" for r in reports)}
-    return Report.model_validate(Report(**data).model_dump())  # a round trip through the schema: what is printed is valid
+    result = Report(script=script, observation=observation, targets=reports, ok=all(r.verdict == "runs" for r in reports))
+    return Report.model_validate(result.model_dump())  # a round trip through the schema: what is printed is valid
 
 
 def check(
@@ -85,7 +85,7 @@ def check(
             out = work(*args)
         loss = _scalar(out)
         if loss is not None:
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
         if opt is not None:
             observer.recorder.in_optimizer = True
             opt.step()

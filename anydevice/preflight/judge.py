@@ -131,7 +131,7 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     _capture(facts, obs, findings)
     verdicts += _distributed(target, facts, obs, findings)
     verdicts += _memory(facts, obs, findings)
-    _cuda(target, obs, findings)
+    _cuda_calls(facts, obs, findings)
     verdict = max(verdicts, key=ORDER.index)
     calls = {u.op: u.calls for u in obs.ops}
     cuts = sum(u.before_step for u in obs.data_dependent if u.op == HOST_READ) + sum(calls[v.op] for v in fallbacks)
@@ -214,7 +214,7 @@ def _shapes(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> tup
             if op.op == HOST_READ
             else "has a data-dependent output shape"
         )
-        severity = "warning" if facts.static_shapes else "info"
+        severity: Severity = "warning" if facts.static_shapes else "info"
         message = f"{op.op} {what}, {op.calls}x in the first step"
         findings.append(Finding(check="shapes", severity=severity, message=message, line=op.line, fix=ON_DEVICE_FIX))
     if not facts.static_shapes:
@@ -244,7 +244,7 @@ def _capture(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> No
     if cap.error:
         findings.append(Finding(check="capture", severity="info", message=f"torch._dynamo.explain failed: {cap.error}"))
         return
-    severity = "warning" if facts.static_shapes else "info"
+    severity: Severity = "warning" if facts.static_shapes else "info"
     for b in cap.breaks:
         findings.append(
             Finding(check="capture", severity=severity, message=f"graph break: {b.reason}", line=b.line, fix=BREAK_FIX)
@@ -307,14 +307,14 @@ def _memory(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> lis
     return []
 
 
-def _cuda(target: str, obs: Observation, findings: list[Finding]) -> None:
-    if target == "cuda":
+def _cuda_calls(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> None:
+    if facts.runs_cuda_calls:
         return
     for call in obs.cuda_calls:
         refused = call.get("kind") == "refused"
         findings.append(
             Finding(
-                check="cuda",
+                check="cuda_calls",
                 severity="error" if refused else "info",
                 message=f"CUDA-only call {call.get('call')}: {call.get('outcome')}",
                 fix="run with `anydevice run --cuda-compat`, or port the call to anydevice's API",

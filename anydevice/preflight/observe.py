@@ -32,11 +32,11 @@ DATA_DEPENDENT = frozenset(
 """Ops whose output shape or Python value depends on tensor data: a host read or a data-dependent shape."""
 
 
-class OpRecorder(TorchDispatchMode):
+class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Counts every ATen op the step runs, with the user's line of its first call, and the dtypes it produces."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.ops: dict[str, list[Any]] = {}  # name -> [calls, line, first call's arguments, calls before the optimizer step]
         self.dtypes: dict[str, str | None] = {}
         self.host_reads_in_optimizer = 0
@@ -176,7 +176,12 @@ class Observer:
         """Around the model's first call: remember it and measure the tensors saved for backward."""
         self.model, self.args, self.kwargs = model, _detached(args), _detached(kwargs)
         saved: list[torch.Tensor] = []
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            saved.append(tensor)
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             yield
         self.activations = _bytes(saved)
 
@@ -204,7 +209,8 @@ class Observer:
             OpUse(op=name, calls=calls, line=line, example=ex, before_step=before)
             for name, (calls, line, ex, before) in sorted(self.recorder.ops.items())
         ]
-        capture, core, export_error = Capture(error="the model was never called"), [], None
+        capture, export_error = Capture(error="the model was never called"), None
+        core: list[str] = []
         if self.model is not None:
             capture = explain(self.model, self.args, self.kwargs)
             if inventory:

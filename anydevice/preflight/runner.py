@@ -66,7 +66,7 @@ class Hooks:
                 hooks.stop_recording()  # the first iteration ended: its ops after the optimizer step are in
             if hooks.observer.model is None and any(p.requires_grad for p in module.parameters()):
                 hooks.recording = True
-                hooks.observer.recorder.__enter__()
+                hooks.observer.recorder.__enter__()  # type: ignore[no-untyped-call]
                 with hooks.observer.first_call(module, args, kwargs):
                     return hooks.nested(module_call, module, args, kwargs)
             return hooks.nested(module_call, module, args, kwargs)
@@ -89,7 +89,7 @@ class Hooks:
     def stop_recording(self) -> None:
         if self.recording:
             self.recording = False
-            self.observer.recorder.__exit__(None, None, None)
+            self.observer.recorder.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     def stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.observer.recorder.in_optimizer = False

@@ -93,7 +93,7 @@ class Observation(_Model):
 class Finding(_Model):
     """One thing a target will do with this model: which check, how bad, what, where and the fix."""
 
-    check: Literal["capture", "shapes", "ops", "dtypes", "cuda", "distributed", "memory"]
+    check: Literal["capture", "shapes", "ops", "dtypes", "cuda_calls", "distributed", "memory"]
     severity: Severity
     message: str
     line: str | None = None

@@ -93,7 +93,7 @@ def test_cuda_only_calls_are_reported_from_cuda_compat() -> None:
     _, report = checked("cuda")
     calls = {c["call"] for c in report.observation.cuda_calls}
     assert any("synchronize" in c for c in calls), calls
-    assert any("synchronize" in f.message for f in findings(report, "tpu", "cuda"))
+    assert any("synchronize" in f.message for f in findings(report, "tpu", "cuda_calls"))
 
 
 def test_the_text_report_is_marked_static_analysis_with_versions() -> None:
