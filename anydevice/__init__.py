@@ -32,20 +32,25 @@ from anydevice.api import (
     to,
 )
 from anydevice.backend import Backend, reset, use
+from anydevice.capabilities import Capabilities, capabilities
 from anydevice.device_module import device_module
 from anydevice.edge import export
 from anydevice.errors import AnyDeviceError
 from anydevice.meter import StepMeter, transformer_training_flops_per_token
+from anydevice.preflight import check
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AnyDeviceError",
     "Backend",
+    "Capabilities",
     "StepMeter",
     "__version__",
     "autocast",
     "backend",
+    "capabilities",
+    "check",
     "checkpoint",
     "compile",
     "data_loader",

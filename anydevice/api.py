@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from anydevice import strict
 from anydevice.backend import Backend, current, mark_used
 from anydevice.errors import UnsupportedFeatureError
 
@@ -52,7 +53,10 @@ def compile(model: T, **options: Any) -> T:  # noqa: A001 - mirrors torch.compil
 
 def step() -> None:
     """Mark the end of a training step: XLA sync on lazy devices; advances profilers and meters."""
-    current().shims.placement.step()
+    b = current()
+    b.shims.placement.step()
+    if strict.enabled():
+        strict.after_step(b)  # the runtime's host-side fallback counters; no device value is read
     for listener in list(_step_listeners):
         listener()
 

@@ -179,7 +179,7 @@ def select(selection: str | None = None, registry: Registry | None = None, *, an
     return backend
 
 
-def use(selection: str) -> Backend:
+def use(selection: str, *, strict: bool | None = None) -> Backend:
     """Select a device explicitly for this process (wins over ``ANYDEVICE``) and load it now.
 
     ``""`` (or only spaces) means ``auto``. Once something was placed or compiled on the current
@@ -187,7 +187,21 @@ def use(selection: str) -> Backend:
     :class:`~anydevice.errors.SelectionError`: the tensors and compiled graphs already made stay on
     the first device, so a switch would mix devices. Call ``anydevice.reset()`` first to switch on
     purpose. Selecting the current device again is allowed.
+
+    ``strict=True`` turns strict mode on (as ``ANYDEVICE_STRICT=1``): an op that runs on the CPU instead
+    of the device raises :class:`~anydevice.errors.CpuFallbackError` at the ``ad.step()`` of that step;
+    ``strict=False`` turns it off whatever the variable says; None (the default) leaves it to the variable.
     """
+    from anydevice import strict as strict_mode
+
+    if strict is not None:
+        strict_mode.set_explicit(bool(strict))
+    backend = _use(selection)
+    strict_mode.activate(backend)
+    return backend
+
+
+def _use(selection: str) -> Backend:
     global _explicit, _current
     blank = isinstance(selection, str) and not selection.strip()
     request = AUTO if blank else parse(selection).text  # parse() rejects non-strings with a SelectionTypeError
@@ -236,5 +250,8 @@ def current(*, announce: bool = True) -> Backend:
 def reset() -> None:
     """Forget the selection and what was placed (tests, notebooks); the next call selects again."""
     global _explicit, _current, _used_by
+    from anydevice import strict
+
     with _lock:
         _explicit, _current, _used_by = None, None, None
+    strict.reset()

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
+from anydevice.check_facts import DEFAULT_FACTS, CheckFacts
 from anydevice.settings import Setting
 from anydevice.versions import PairRule
 
@@ -166,6 +167,9 @@ class DeviceSpec:
     :param serving: serving engine (``vllm``, ``sglang``) -> how it runs on this device
         (:class:`Serving`); ``anydevice.integrations`` turns the selection into the engine's platform
         with it. Undeclared: an engine platform plugin named like the device.
+    :param check: the :class:`~anydevice.check_facts.CheckFacts` section (dtypes, static shapes, memory per
+        chip, topology, op table, CPU-fallback mechanism) that ``anydevice check``, ``ad.capabilities()`` and
+        strict mode read; undeclared: every fact unknown.
     """
 
     name: str
@@ -193,6 +197,8 @@ class DeviceSpec:
     """What ``anydevice run`` needs: launcher, per-rank variables, what bounds ``-n`` (read without the shims)."""
     serving: Mapping[str, Serving] = field(default_factory=dict)
     """Serving engine -> the engine's platforms for this device and what to install (``anydevice.integrations``)."""
+    check: CheckFacts = DEFAULT_FACTS
+    """Facts for ``anydevice check``, ``ad.capabilities()`` and strict mode (:mod:`anydevice.check_facts`)."""
 
     @property
     def environment(self) -> tuple[str, ...]:

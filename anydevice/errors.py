@@ -11,7 +11,8 @@ The hierarchy::
     │   └── NoDeviceAvailableError      no entry of a list (or ``auto``) is usable
     ├── PluginError                     a plugin failed to import, register or load
     ├── UnsupportedFeatureError         the selected device does not support a requested feature
-    │   └── UnsupportedDeviceFunctionError  a ``torch.cuda``-shaped function the device has no answer for
+    │   ├── UnsupportedDeviceFunctionError  a ``torch.cuda``-shaped function the device has no answer for
+    │   └── CpuFallbackError        strict mode: an op ran on the CPU instead of the selected device
     ├── DistributedError                a launch environment is missing or half set
     ├── CheckpointError                 a checkpoint cannot be read (empty, corrupt, refused) or written
     ├── FileAccessError                 another file (page, result, record, cache) refused or failed, and why
@@ -137,6 +138,17 @@ class UnsupportedDeviceFunctionError(UnsupportedFeatureError, AttributeError):
         self.function = function
         self.device = device
         self.reason = reason
+
+
+class CpuFallbackError(UnsupportedFeatureError):
+    """Strict mode (``ANYDEVICE_STRICT=1``): an op ran on the CPU instead of the selected device.
+
+    ``ops`` maps each ``aten::`` op that fell back to the line of user code that called it (None when unknown).
+    """
+
+    def __init__(self, message: str, hint: str | None = None, ops: dict[str, str | None] | None = None) -> None:
+        super().__init__(message, hint)
+        self.ops = dict(ops or {})
 
 
 class DistributedError(AnyDeviceError):

@@ -100,6 +100,12 @@ ANYDEVICE_CUDA_COMPAT_REPORT: Final = Setting(
     "With cuda-compat on: a path where each process writes the migration report (every distinct CUDA call and "
     "what it became) as JSON at exit; ranks other than 0 add `.rank<N>` before the suffix.",
 )
+ANYDEVICE_STRICT: Final = Setting(
+    "ANYDEVICE_STRICT",
+    "Set to 1 for strict mode: an op that runs on the CPU instead of the selected device is an error naming the op "
+    "and the line of user code, raised by `ad.step()` at the step where it happened (`ad.use(..., strict=True)` "
+    "does the same). Off by default; `anydevice doctor` says whether it is on.",
+)
 ANYDEVICE_LAUNCH_PARENT: Final = Setting(
     "ANYDEVICE_LAUNCH_PARENT",
     "Set by `anydevice run` in its ranks and command: the launcher's pid. A rank ends when that process ends (also on "

@@ -7,7 +7,12 @@ import platform
 from collections.abc import Callable
 from pathlib import Path
 
-from anydevice.plugin import Detection, DeviceSpec, Hardware, Launch, Serving, Shims, hookimpl
+from anydevice.plugin import ALL_DTYPES, FP8, CheckFacts, Detection, DeviceSpec, Hardware, Launch, Serving, Shims, hookimpl
+
+CHECK_FACTS = CheckFacts(
+    dtypes=ALL_DTYPES | FP8, fallback="never", compile_backends=("inductor",), sources=("torch's CPU backend",)
+)
+"""The host: every dtype, dynamic shapes, nothing to fall back from; its memory is the host's."""
 
 
 def chip() -> str | None:
@@ -58,5 +63,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             hardware=Hardware(pjrt_names=("CPU",)),
             launch=Launch(ranks="per_core"),  # ranks share the cores: `run -n` allows 4 per core
             serving=SERVING,
+            check=CHECK_FACTS,
         )
     )

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anydevice.plugin import Detection, DeviceSpec, Hardware, Serving, Setting, Shims, hookimpl
+from anydevice.plugin import ALL_DTYPES, FP8, CheckFacts, Detection, DeviceSpec, GiB, Hardware, Serving, Setting, Shims, hookimpl
 from anydevice.plugin import detection as d
 
 if TYPE_CHECKING:
@@ -17,6 +17,15 @@ if TYPE_CHECKING:
 NAME = "cuda"
 NODE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd")
 """Device nodes of NVIDIA GPUs and of AMD's ROCm driver."""
+CHECK_FACTS = CheckFacts(
+    dtypes=ALL_DTYPES | FP8,  # fp8 matmuls need Hopper (H100) or later; the types exist on every CUDA build
+    memory_per_chip={"A100": 80 * GiB, "H100": 80 * GiB, "H200": 141 * 10**9, "B200": 180 * 10**9, "MI300X": 192 * GiB},
+    fallback="never",  # an op without a CUDA kernel raises; nothing runs on the CPU silently
+    compile_backends=("inductor",),
+    runs_cuda_calls=True,
+    sources=("NVIDIA and AMD datasheets (memory per GPU)",),
+)
+"""What ``anydevice check`` reads for CUDA GPUs (eager, dynamic shapes; every torch op has a CUDA kernel)."""
 
 # Dense bf16 TFLOP/s per chip (vendor datasheets; the sparse figures are twice these). A chip not
 # listed has no peak: MFU is reported as unknown, never guessed from a neighbour.
@@ -174,6 +183,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             settings=(CUDA_VISIBLE_DEVICES,),
             hardware=Hardware(pjrt_names=("CUDA", "GPU"), scan=gpu_nodes, ray_resource="GPU"),
             serving=SERVING,
+            check=CHECK_FACTS,
         )
     )
 

@@ -6,7 +6,16 @@ import platform
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anydevice.plugin import Detection, DeviceSpec, Launch, Serving, Shims, hookimpl
+from anydevice.plugin import ALL_DTYPES, CheckFacts, Detection, DeviceSpec, Launch, Serving, Shims, hookimpl
+
+CHECK_FACTS = CheckFacts(
+    dtypes=ALL_DTYPES - {"float64", "complex128"},  # MPS has no float64
+    fallback="warnings",  # with PYTORCH_ENABLE_MPS_FALLBACK=1 torch warns for each op it runs on the CPU
+    fallback_warning=r"fall back to run on the CPU",
+    compile_backends=("inductor",),
+    sources=("torch's MPS backend",),
+)
+"""What ``anydevice check`` and strict mode read for Apple GPUs."""
 
 if TYPE_CHECKING:
     import torch
@@ -80,5 +89,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             # the vendor table above says fsdp=False: wrap(model, "fsdp") raises UnsupportedFeatureError
             unsupported={"fsdp_step": "FSDP2 is not offered on mps (the eager table sets fsdp=False); use wrap(model, 'ddp')."},
             serving=SERVING,
+            check=CHECK_FACTS,
         )
     )

@@ -17,8 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anydevice.plugin import (
+    FP8,
+    NO_DOUBLE,
+    CheckFacts,
     Detection,
     DeviceSpec,
+    GiB,
     Hardware,
     Launch,
     Serving,
@@ -54,6 +58,15 @@ NODE_GLOB = "/dev/neuron[0-9]*"
 PEAK_BF16_TFLOPS = {"Trainium1": 190.0, "Trainium2": 667.0, "Trainium3": 671.0}
 # EC2 instance family (before the ".") -> the chip it carries
 INSTANCE_CHIPS = {"trn1": "Trainium1", "trn1n": "Trainium1", "trn2": "Trainium2", "trn2u": "Trainium2", "trn3": "Trainium3"}
+CHECK_FACTS = CheckFacts(
+    dtypes=NO_DOUBLE | FP8,  # Trainium has no float64/complex engines; fp8 on Trainium2 and later ([doc])
+    static_shapes=True,  # torch.compile(backend="neuron") rejects dynamic=True: each shape is a compile
+    memory_per_chip={"Trainium1": 32 * GiB, "Trainium2": 96 * GiB, "Trainium3": 144 * GiB},  # AWS Neuron docs, HBM per chip
+    fallback="unknown",  # TorchNeuron falls back to the CPU for some ops; no switch to detect it is verified here
+    compile_backends=("neuron",),
+    sources=("AWS Neuron docs (HBM per chip; torch.compile reference 2026-10-14)",),
+)
+"""What ``anydevice check`` reads for Trainium (the TorchNeuron op table is not shipped: ops are not verified)."""
 DMI_PRODUCT = "/sys/devices/virtual/dmi/id/product_name"
 """On EC2 (Nitro) the DMI product name is the instance type, e.g. ``trn1.32xlarge``."""
 NEURON_CORES = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
@@ -278,6 +291,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             hardware=Hardware(pjrt_names=("NEURON",), scan=neuron_devices, ray_resource="neuron_cores"),
             launch=LAUNCH,
             serving=SERVING,
+            check=CHECK_FACTS,
         )
     )
 

@@ -16,7 +16,22 @@ from types import ModuleType
 from typing import Any
 
 from anydevice.errors import DeviceUnavailableError
-from anydevice.plugin import Detection, DeviceSpec, Hardware, Launch, Serving, Shims, XlaVendor, hookimpl, lazy_xla, versions
+from anydevice.plugin import (
+    FP8,
+    NO_DOUBLE,
+    CheckFacts,
+    Detection,
+    DeviceSpec,
+    GiB,
+    Hardware,
+    Launch,
+    Serving,
+    Shims,
+    XlaVendor,
+    hookimpl,
+    lazy_xla,
+    versions,
+)
 from anydevice.plugin import detection as d
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
@@ -36,6 +51,19 @@ SLICE_SIZES = {"v4": (1, 2, 4, 8), "v5e": (1, 4, 8), "v6e": (1, 4, 8), "v7": (2,
 sub-slice world never completes PJRT's start-session barrier."""
 COMPILE_CACHES = {"TORCH_TPU_TIER2_COMPILATION_CACHE": "tier2", "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": "tier3"}
 """torch_tpu 0.2's persistent compile caches (variable -> directory under ANYDEVICE_CACHE_DIR/tpu)."""
+CHECK_FACTS = CheckFacts(
+    dtypes=NO_DOUBLE | FP8,  # no float64/complex on the MXU path; fp8 storage types exist (torch_tpu, [doc])
+    static_shapes=True,  # torch_tpu compiles with dynamic=False by default; torch_xla traces static shapes
+    # HBM per chip (Google Cloud TPU docs, per generation)
+    memory_per_chip={"TPU v4": 32 * GiB, "TPU v5e": 16 * GiB, "TPU v5p": 95 * GiB, "TPU v6e": 32 * GiB, "TPU v7": 192 * GiB},
+    # torch_tpu/_internal/utils/hardware.py lists whole slices only; any other count never passes its start barrier
+    world_sizes={"TPU v4": (1, 2, 4, 8), "TPU v5e": (1, 4, 8), "TPU v6e": (1, 4, 8), "TPU v7": (2, 4, 8)},
+    fallback="warnings",
+    fallback_warning=r"<TorchTpu/Performance/",  # torch_tpu/_internal/warnings.py prefixes its fallback warnings
+    compile_backends=("tpu", "openxla"),
+    sources=("Google Cloud TPU docs (HBM per chip)", "torch_tpu 0.2.0 hardware tables (whole slices)"),
+)
+"""What ``anydevice check`` and ``ad.capabilities()`` read for TPUs (no TPU op table is shipped: ops are not verified)."""
 
 
 def tpu_chips(pci_root: str = "/sys/bus/pci/devices", vfio_root: str = "/dev/vfio") -> list[str]:
@@ -239,5 +267,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             hardware=Hardware(pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU", process_counts=slice_sizes),
             launch=Launch(launcher=_launcher, env=_launch_env),
             serving=serving(),
+            check=CHECK_FACTS,
         )
     )

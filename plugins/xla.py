@@ -13,10 +13,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from anydevice.plugin import (
+    ALL_DTYPES,
+    CheckFacts,
     Detection,
     DeviceSpec,
     Hardware,
     Launch,
+    OpTable,
     Serving,
     Shims,
     XlaVendor,
@@ -36,6 +39,20 @@ requested_pjrt_device, torch_xla_ended = lazy_xla.requested_pjrt_device, lazy_xl
 NAME = "xla"
 HOST = "CPU"
 """The PJRT runtime on the host CPU: always present, single-process, no persistent cache."""
+CHECK_FACTS = CheckFacts(
+    dtypes=ALL_DTYPES,  # PJRT CPU computes float64 and complex; a TPU behind PJRT_DEVICE does not (check --target tpu)
+    static_shapes=True,  # lazy tensors and openxla trace static shapes: a new shape is a new graph
+    op_table=OpTable(
+        source="torch_xla's XLA kernels and a lowering probe on PJRT CPU",
+        dispatch_key="XLA",
+        module="torch_xla",
+        probe="anydevice.shims.lazy_xla:fallback_probe",
+    ),
+    fallback="counters",  # torch_xla counts each op it ran on the CPU (torch_xla.debug.metrics)
+    compile_backends=("openxla",),
+    sources=("torch_xla 2.9 on PJRT CPU (ran)",),
+)
+"""What ``anydevice check`` reads for xla: ops are judged by the XLA kernels torch_xla registers, when it is importable."""
 
 # What the matrix should see fail or skip on xla; each entry is backed by a real run.
 UNSUPPORTED = {
@@ -179,6 +196,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry:
             hardware=Hardware(ray_resource=functools.partial(ray_resource, registry)),
             launch=Launch(env=_launch_env),  # refuses several processes on PJRT CPU
             serving=SERVING,
+            check=CHECK_FACTS,
         )
     )
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from anydevice.plugin import Detection, DeviceSpec, Serving, Shims, hookimpl
+from anydevice.plugin import ALL_DTYPES, CheckFacts, Detection, DeviceSpec, Serving, Shims, hookimpl
 from anydevice.plugin import detection as d
+
+CHECK_FACTS = CheckFacts(dtypes=ALL_DTYPES, fallback="never", compile_backends=("inductor",), sources=("torch's XPU backend",))
+"""What ``anydevice check`` reads for Intel GPUs (eager; an op without a kernel raises)."""
 
 INTEL_PCI_VENDOR = "0x8086"
 
@@ -74,4 +77,6 @@ SERVING = {
 
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
-    register(DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70, serving=SERVING))
+    register(
+        DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70, serving=SERVING, check=CHECK_FACTS)
+    )

@@ -404,3 +404,22 @@ def xla_shims(vendor: XlaVendor) -> Shims:
         profiling=XlaProfiling(vendor),
         versions={"torch": torch.__version__, "torch_xla": str(torch_xla.__version__), **vendor.versions()},
     )
+
+
+def fallback_probe(run: Callable[[Any], object]) -> list[str]:
+    """Run ``run(device)`` on torch_xla's device, cut the graph, and return the ops that ran on the CPU.
+
+    ``anydevice check``'s local lowering check (the ``xla`` plugin's ``OpTable.probe``): the fallback
+    counters of torch_xla's metrics before and after one op on PJRT CPU (set when ``PJRT_DEVICE`` is unset).
+    """
+    os.environ.setdefault(PJRT_DEVICE.name, "CPU")
+    import torch_xla
+    import torch_xla.debug.metrics as met
+
+    def counts() -> dict[str, int]:
+        return {n: int(met.counter_value(n) or 0) for n in met.counter_names() if n.startswith("aten::")}
+
+    before = counts()
+    run(torch_xla.device())
+    torch_xla.sync()
+    return sorted(op for op, n in counts().items() if n > before.get(op, 0))

@@ -29,6 +29,7 @@ DELEGATED: dict[str, tuple[str, str]] = {
     "run": ("anydevice.cli.launch", "launch N processes the device's way (torchrun, spawn, ...)"),
     "matrix": ("anydevice.compat_matrix.cli", "run the probe suite or render the compatibility matrix"),
     "export": ("anydevice.cli.export", "convert a model for an edge runtime (LiteRT), checked against PyTorch"),
+    "check": ("anydevice.cli.check", "will SCRIPT run on --target tpu,neuron,xla? static analysis on the CPU, not a run"),
 }
 
 
@@ -108,6 +109,7 @@ def environment_info() -> dict[str, Any]:
 def cmd_info(args: argparse.Namespace) -> int:
     """What ANYDEVICE selects here, with versions."""
     from anydevice.backend import current
+    from anydevice.capabilities import capabilities, render
     from anydevice.registry import get_registry
 
     with guard.commands_stdout_kept():  # a plugin's print() must not break `info --json`
@@ -117,6 +119,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         except guard.PluginCallError as exc:
             raise PluginError(exc.plugin, f"{exc.error} (at {exc.stage})") from exc.cause
         data = {**environment_info(), "backend": described}  # "why" below says it all
+        data["capabilities"] = capabilities().as_dict()
         data["imported_vendor_modules"] = imported_vendor_modules()
     data = clean_tree(data)
     if args.json:
@@ -129,6 +132,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"compile    {b['compile_backend']}    collectives {b['dist_backend']}    launcher {b['launcher']}")
     versions = {"anydevice": data["anydevice"], "python": data["python"], **b["versions"]}
     print("versions   " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    print(render(data["capabilities"]))
     print("vendor modules imported: " + (", ".join(data["imported_vendor_modules"]) or "none"))
     return 0
 

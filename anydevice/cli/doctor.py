@@ -384,6 +384,24 @@ def disk_check(directory: Path, free_bytes: int) -> Check:
     return Check("compile cache", "ok", where)
 
 
+def check_strict(ctx: Context) -> list[Check]:
+    """Whether strict mode (CPU fallback is an error) is on, and how the selected device's plugin notices fallback."""
+    name = settings.ANYDEVICE_STRICT.name
+    try:
+        on = settings.ANYDEVICE_STRICT.flag()
+    except AnyDeviceError as exc:
+        return [Check("strict mode", "fail", exc.message, exc.hint)]
+    if not on:
+        return [Check("strict mode", "info", f"off: ops that fall back to the CPU run there ({name}=1 makes them errors)")]
+    device = ctx.requested_names[0] if ctx.requested_names else None
+    facts = ctx.registry.get(device).spec.check if device and ctx.registry.canonical(device) else None
+    if facts is not None and facts.fallback == "unknown":
+        fix = f"unset {name}, or select a device whose plugin declares CheckFacts.fallback"
+        return [Check("strict mode", "fail", f"on, but the {device} plugin declares no way to notice CPU fallback", fix)]
+    how = f" ({device}: {facts.fallback})" if facts is not None else ""
+    return [Check("strict mode", "ok", f"on: an op that runs on the CPU instead of the device is an error{how}")]
+
+
 # -- running --------------------------------------------------------------------------------
 CHECKS: tuple[Callable[[Context], list[Check]], ...] = (
     check_torch,
@@ -397,6 +415,7 @@ CHECKS: tuple[Callable[[Context], list[Check]], ...] = (
     check_serving,
     check_compiler,
     check_cache_disk,
+    check_strict,
 )
 
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from anydevice import detect as detection
 from anydevice import settings, versions
+from anydevice.check_facts import ALL_DTYPES, FP8, NO_DOUBLE, CheckFacts, GiB, OpTable
 from anydevice.device_spec import (
     DEFAULT_PRIORITY,
     NAME_PATTERN,
@@ -77,10 +78,14 @@ _EAGER = ("EagerVendor", "eager_shims", "PlacementTable", "CompileTable", "Colle
 """Names served from ``anydevice.shims.eager`` on first use (it imports torch)."""
 
 __all__ = [
+    "ALL_DTYPES",
     "DEFAULT_PRIORITY",
+    "FP8",
     "NAME_PATTERN",
+    "NO_DOUBLE",
     "PRIORITY_RANGE",
     "Check",
+    "CheckFacts",
     "Collectives",
     "CollectivesTable",
     "Compilation",
@@ -92,10 +97,12 @@ __all__ = [
     "Diagnostics",
     "DoctorContext",
     "EagerVendor",
+    "GiB",
     "Hardware",
     "HostTransfer",
     "Launch",
     "MemoryStats",
+    "OpTable",
     "PairRule",
     "Placement",
     "PlacementTable",

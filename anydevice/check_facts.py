@@ -1,0 +1,106 @@
+"""What a plugin declares for ``anydevice check``, ``ad.capabilities()`` and strict mode: :class:`CheckFacts`.
+
+One section of a :class:`~anydevice.device_spec.DeviceSpec` (``DeviceSpec.check``). Every field has a
+default, so a third-party device that declares nothing still gets a report (its unknowns are said
+to be unknown, never guessed); a device that declares its dtypes, memory per chip, topology and op
+table gets the full report without any code in core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+ALL_DTYPES: Final = frozenset(
+    {
+        "bool",
+        "uint8",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    }
+)
+"""The dtypes every PyTorch backend with full eager coverage (cpu, cuda) allocates and computes in."""
+FP8: Final = frozenset({"float8_e4m3fn", "float8_e5m2"})
+"""The fp8 variants torch names (``torch.float8_e4m3fn``, ``torch.float8_e5m2``)."""
+NO_DOUBLE: Final = ALL_DTYPES - {"float64", "complex64", "complex128"}
+"""What TPUs and Trainium compute in: no float64 and no complex numbers."""
+
+FallbackMechanism = Literal["never", "counters", "warnings", "unknown"]
+"""How strict mode notices an op that ran on the CPU instead of the device:
+
+``never``: the device runs every op or raises (cpu, cuda, mps, xpu); ``counters``: the runtime counts
+fallbacks (the shim's ``Diagnostics.fallback_ops``, torch_xla); ``warnings``: the runtime warns with a
+message matching :attr:`CheckFacts.fallback_warning` (TorchTPU's ``<TorchTpu/Performance/``); ``unknown``:
+nothing declared, so strict mode refuses to pretend it checks.
+"""
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """Where the per-op verdicts (native / CPU fallback / unsupported) for a device come from.
+
+    :param source: what it is, for the report (``TorchNeuron torch_api_compatibility.md``).
+    :param version: the vendor release the table belongs to.
+    :param date: when the table was published (ISO date).
+    :param ops: ATen op name (``aten.nonzero``, overload-free) -> ``native``, ``cpu_fallback`` or
+        ``unsupported``; ops not listed are ``unknown``.
+    :param dispatch_key: instead of (or besides) ``ops``: the dispatch key whose registered kernels decide,
+        checked locally when the vendor package is importable (``XLA`` for torch_xla): an op with a kernel
+        for the key, or one that decomposes, is native; any other op falls back to the CPU.
+    :param module: the module to import so the dispatch key's kernels are registered (``torch_xla``).
+    :param probe: ``"module:function"`` taking a function of a device that runs one op, returning the names of
+        the ops that ran on the CPU: ops without a kernel for the key are run once on the device to decide
+        (torch_xla on PJRT CPU: ``anydevice.shims.lazy_xla:fallback_probe``).
+    """
+
+    source: str
+    version: str = "unknown"
+    date: str = "unknown"
+    ops: Mapping[str, str] = field(default_factory=dict)
+    dispatch_key: str | None = None
+    module: str | None = None
+    probe: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckFacts:
+    """A device's facts for ``anydevice check`` and ``ad.capabilities()``; every field has a default.
+
+    :param dtypes: dtype names the device computes in (``torch.<name>``); None: unknown.
+    :param static_shapes: True where every new input shape is a new compile (XLA, TorchNeuron, TorchTPU).
+    :param memory_per_chip: chip name -> bytes of device memory per chip (HBM); empty: unknown.
+    :param world_sizes: chip name -> the process counts a launch may use on one host (TorchTPU's whole
+        slices); a chip not listed, or an empty mapping, allows any count.
+    :param op_table: where per-op verdicts come from (:class:`OpTable`), or None (ops not verified).
+    :param fallback: how strict mode notices CPU fallback (:data:`FallbackMechanism`).
+    :param fallback_warning: with ``fallback="warnings"``: a regular expression the runtime's fallback
+        warnings match; strict mode turns them into errors.
+    :param compile_backends: ``torch.compile`` backends the device runs (its own first).
+    :param runs_cuda_calls: ``torch.cuda`` calls run natively here (the CUDA device itself): not reported.
+    :param sources: where these facts come from, one phrase each (docs, tables, runs), for the report.
+    """
+
+    dtypes: frozenset[str] | None = None
+    static_shapes: bool = False
+    memory_per_chip: Mapping[str, int] = field(default_factory=dict)
+    world_sizes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    op_table: OpTable | None = None
+    fallback: FallbackMechanism = "unknown"
+    fallback_warning: str | None = None
+    compile_backends: tuple[str, ...] = ()
+    runs_cuda_calls: bool = False
+    sources: tuple[str, ...] = ()
+
+
+GiB: Final = 1 << 30
+DEFAULT_FACTS: Final = CheckFacts()
+"""What a device that declares nothing gets: every fact unknown."""

@@ -1,0 +1,322 @@
+"""One target's verdict from an :class:`Observation` and the target plugin's :class:`CheckFacts`.
+
+Nothing here needs the target: each check compares what the CPU run saw with what the plugin declares
+(dtypes, static shapes, memory per chip, whole-slice world sizes, op table) or, for a declared dispatch
+key whose vendor package is importable here (torch_xla for xla), with the kernels it registers.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+from typing import Any
+
+from anydevice.check_facts import CheckFacts
+from anydevice.preflight.observe import DATA_DEPENDENT
+from anydevice.preflight.schema import Finding, Observation, OpStatus, OpVerdict, Severity, TargetReport, Verdict
+
+ORDER: tuple[Verdict, ...] = (
+    "runs",
+    "runs with CPU fallbacks",
+    "will recompile",
+    "will not launch",
+    "will not fit",
+    "will not compile",
+)
+"""Verdicts from the best to the worst."""
+CPU_ONLY_MARKERS = ("_for_cpu", "mkldnn", "_cpu_")
+"""ATen ops the CPU picks for a portable op (``_scaled_dot_product_flash_attention_for_cpu``): another device picks its own."""
+HOST_READ = "aten::_local_scalar_dense"
+PROBED_ANYWAY = DATA_DEPENDENT - {HOST_READ}
+"""Data-dependent ops are probed even with a kernel: torch_xla registers nonzero but runs it on the CPU by default."""
+ON_DEVICE_FIX = "keep the value on the device (torch.where, masks) instead of reading or filtering by it"
+BREAK_FIX = "remove the Python branch on tensor data / the data-dependent op (torch.where, masks)"
+
+
+def _gib(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _base(op: str) -> str:
+    return op.split(".", 1)[0]
+
+
+@functools.cache
+def _dispatch_checker(dispatch_key: str | None, module_name: str | None) -> tuple[str, str] | None:
+    """(dispatch key, the vendor module's version) when the key's kernels can be read here, else None."""
+    if dispatch_key is None:
+        return None
+    if module_name is not None:
+        if importlib.util.find_spec(module_name) is None:
+            return None
+        module = importlib.import_module(module_name)  # registers the key's kernels; nothing is placed on a device
+        return dispatch_key, f"{module_name} {getattr(module, '__version__', '?')}"
+    return dispatch_key, "torch"
+
+
+def op_status(op: str, facts: CheckFacts, example: Any = None) -> tuple[OpStatus, str]:
+    """How the target runs ``op`` and the source that says so (``example``: its first call's arguments, for a probe)."""
+    table = facts.op_table
+    if any(marker in op for marker in CPU_ONLY_MARKERS):
+        return "native", "the CPU's own kernel for a portable op (the target picks its own)"
+    if table is None and facts.fallback == "never":
+        return "native", "the plugin declares that the device runs every op or raises (no CPU fallback)"
+    if table is None:
+        return "unknown", "no op table declared"
+    declared = table.ops.get(op) or table.ops.get(_base(op))
+    if declared in ("native", "cpu_fallback", "unsupported"):
+        return declared, f"{table.source} {table.version} ({table.date})"  # type: ignore[return-value]
+    checker = _dispatch_checker(table.dispatch_key, table.module)
+    if checker is None:
+        module = table.module or "the vendor package"
+        return "unknown", f"{table.source}: {module} is not importable here"
+    import torch
+
+    key, version = checker
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    if (has(op, key) or has(op, "CompositeImplicitAutograd")) and op not in PROBED_ANYWAY:
+        return "native", f"{key} kernels registered by {version}"
+    if table.probe is None or example is None:
+        return "unknown", f"no {key} kernel registered by {version}, and no probe could run it"
+    return _probed(op, example, table.probe, version)
+
+
+def _probed(op: str, example: Any, probe: str, version: str) -> tuple[OpStatus, str]:
+    """Run ``op`` once on the device through the plugin's probe: native when nothing fell back."""
+    import torch
+
+    from anydevice.preflight.observe import rebuild
+
+    module_name, _, function = probe.partition(":")
+    run_probe = getattr(importlib.import_module(module_name), function)
+    name, _, overload = op.removeprefix("aten::").partition(".")
+    packet = getattr(torch.ops.aten, name, None)
+    func = getattr(packet, overload or "default", None) if packet is not None else None
+    if func is None:
+        return "unknown", f"{op} is not in torch.ops.aten here"
+    args, kwargs = example
+
+    def run(device: Any) -> object:
+        return func(*rebuild(args, device), **rebuild(kwargs, device))
+
+    try:
+        fell_back = run_probe(run)
+    except Exception as exc:
+        return "unknown", f"the lowering probe could not run it ({type(exc).__name__}) with {version}"
+    if fell_back:
+        return "cpu_fallback", f"ran on the CPU as {', '.join(fell_back)} in a lowering probe with {version}"
+    return "native", f"lowered in a probe with {version}"
+
+
+def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
+    """The report for ``target``: findings from every check, the verdict and the top fixes."""
+    findings: list[Finding] = []
+    ops = [OpVerdict(op=u.op, status=s, source=src) for u in obs.ops for s, src in [op_status(u.op, facts, u.example)]]
+    lines = {u.op: u.line for u in obs.ops}
+    verdicts: list[Verdict] = ["runs"]
+    fallbacks = [v for v in ops if v.status == "cpu_fallback"]
+    verdicts += _op_findings(ops, lines, findings)
+    unknown = [v.op for v in ops if v.status == "unknown"]
+    if unknown:
+        source = next(v.source for v in ops if v.status == "unknown")
+        findings.append(Finding(check="ops", severity="info", message=f"{len(unknown)} op(s) not verified: {source}"))
+    verdicts += _dtypes(facts, obs, findings)
+    recompiles, compiles = _shapes(facts, obs, findings)
+    if recompiles:
+        verdicts.append("will recompile")
+    _capture(facts, obs, findings)
+    verdicts += _distributed(target, facts, obs, findings)
+    verdicts += _memory(facts, obs, findings)
+    _cuda_calls(facts, obs, findings)
+    verdict = max(verdicts, key=ORDER.index)
+    calls = {u.op: u.calls for u in obs.ops}
+    cuts = sum(u.before_step for u in obs.data_dependent if u.op == HOST_READ) + sum(calls[v.op] for v in fallbacks)
+    summary = {
+        "runs": "runs",
+        "runs with CPU fallbacks": f"runs with {len(fallbacks)} CPU fallback(s)",
+        "will recompile": f"will recompile {recompiles} time(s)",
+    }.get(verdict, verdict)
+    rank = {"error": 0, "warning": 1, "info": 2}
+    fixes = list(dict.fromkeys(f.fix for f in sorted(findings, key=lambda f: rank[f.severity]) if f.fix and f.severity != "info"))
+    sources = [*facts.sources, *_table_source(facts)] or ["nothing declared"]
+    return TargetReport(
+        target=target,
+        verdict=verdict,
+        summary=summary,
+        cpu_fallbacks=len(fallbacks),
+        predicted_compiles=compiles,
+        recompiles=recompiles,
+        graphs_per_step=1 + cuts if facts.static_shapes else None,
+        findings=findings,
+        fixes=fixes[:5],
+        ops=ops,
+        sources=sources,
+    )
+
+
+OP_PROBLEMS: dict[str, tuple[Severity, str, str, Verdict]] = {
+    "cpu_fallback": (
+        "warning",
+        "runs on the CPU",
+        "with ops the target lowers, or move it out of the training step",
+        "runs with CPU fallbacks",
+    ),
+    "unsupported": ("error", "is not supported", "with ops the target supports", "will not compile"),
+}
+
+
+def _op_findings(ops: list[OpVerdict], lines: dict[str, str | None], findings: list[Finding]) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    for v in ops:
+        if v.status in OP_PROBLEMS:
+            severity, what, fix, verdict = OP_PROBLEMS[v.status]
+            message = f"{v.op} {what} ({v.source})"
+            findings.append(
+                Finding(check="ops", severity=severity, message=message, line=lines[v.op], fix=f"replace {v.op} {fix}")
+            )
+            verdicts.append(verdict)
+    return verdicts
+
+
+def _table_source(facts: CheckFacts) -> list[str]:
+    table = facts.op_table
+    if table is None:
+        return []
+    checker = _dispatch_checker(table.dispatch_key, table.module)
+    parts = [p for p in (table.version, table.date) if p != "unknown"]
+    parts.append(checker[1] if checker else f"{table.module} not importable here" if table.module else "")
+    return [f"{table.source} ({', '.join(p for p in parts if p)})"]
+
+
+def _dtypes(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> list[Verdict]:
+    if facts.dtypes is None:
+        findings.append(Finding(check="dtypes", severity="info", message="the target's dtypes are not declared: not checked"))
+        return []
+    bad = {d: line for d, line in obs.dtypes.items() if d not in facts.dtypes}
+    for dtype, line in bad.items():
+        fix = "use float32 or bfloat16 (e.g. register the buffer as float32)" if "64" in dtype else f"avoid {dtype}"
+        findings.append(
+            Finding(check="dtypes", severity="error", message=f"{dtype} is not supported on the target", line=line, fix=fix)
+        )
+    return ["will not compile"] if bad else []
+
+
+def _shapes(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> tuple[int, int | None]:
+    """(recompiles, predicted compiles of the step) on a static-shape target; (0, None) elsewhere."""
+    distinct = len(obs.signatures)
+    for op in obs.data_dependent:
+        what = (
+            "reads a tensor value to the host (a sync and a graph cut)"
+            if op.op == HOST_READ
+            else "has a data-dependent output shape"
+        )
+        severity: Severity = "warning" if facts.static_shapes else "info"
+        message = f"{op.op} {what}, {op.calls}x in the first step"
+        findings.append(Finding(check="shapes", severity=severity, message=message, line=op.line, fix=ON_DEVICE_FIX))
+    if not facts.static_shapes:
+        return 0, None
+    recompiles = max(distinct - 1, 0)
+    if recompiles:
+        listed = "; ".join(f"{s.signature} x{s.batches}" for s in obs.signatures[:6])
+        fix = (
+            "drop_last=True on the DataLoader (only the last batch differs)"
+            if obs.drop_last_fix
+            else "pad every batch to one length (or a few buckets) so shapes repeat"
+        )
+        findings.append(
+            Finding(
+                check="shapes",
+                severity="warning",
+                message=f"{distinct} distinct input signatures in the first "
+                f"{sum(s.batches for s in obs.signatures)} batches, each a new compile on a static-shape target: {listed}",
+                fix=fix,
+            )
+        )
+    return recompiles, distinct
+
+
+def _capture(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> None:
+    cap = obs.capture
+    if cap.error:
+        findings.append(Finding(check="capture", severity="info", message=f"torch._dynamo.explain failed: {cap.error}"))
+        return
+    severity: Severity = "warning" if facts.static_shapes else "info"
+    for b in cap.breaks:
+        findings.append(
+            Finding(check="capture", severity=severity, message=f"graph break: {b.reason}", line=b.line, fix=BREAK_FIX)
+        )
+
+
+def _distributed(target: str, facts: CheckFacts, obs: Observation, findings: list[Finding]) -> list[Verdict]:
+    n = obs.world_size
+    if not facts.world_sizes:
+        return []
+    fits = [chip for chip, sizes in facts.world_sizes.items() if n in sizes]
+    allowed = "; ".join(f"{chip} {{{', '.join(map(str, sizes))}}}" for chip, sizes in facts.world_sizes.items())
+    if not fits:
+        findings.append(
+            Finding(
+                check="distributed",
+                severity="error",
+                message=f"{n} process(es) is not a whole {target} slice on any "
+                f"chip (whole slices: {allowed}); a partial slice never passes the start barrier",
+                fix=f"launch a whole slice: -n in {allowed}",
+            )
+        )
+        return ["will not launch"]
+    if n > 1 and len(fits) < len(facts.world_sizes):
+        findings.append(
+            Finding(check="distributed", severity="info", message=f"{n} process(es) is a whole slice on {', '.join(fits)} only")
+        )
+    return []
+
+
+def _memory(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> list[Verdict]:
+    mem = obs.memory
+    if mem is None or not facts.memory_per_chip:
+        findings.append(
+            Finding(check="memory", severity="info", message="memory not checked (no step, or no memory per chip declared)")
+        )
+        return []
+    need = mem.total
+    parts = (
+        f"parameters {_gib(mem.parameters)} + gradients {_gib(mem.gradients)} + {mem.optimizer or 'optimizer'} state "
+        f"{_gib(mem.optimizer_state)} + activations ~{_gib(mem.activations)} = {_gib(need)} per replica"
+    )
+    short = [chip for chip, size in facts.memory_per_chip.items() if need > size]
+    if len(short) == len(facts.memory_per_chip):
+        biggest = max(facts.memory_per_chip.items(), key=lambda kv: kv[1])
+        findings.append(
+            Finding(
+                check="memory",
+                severity="error",
+                message=f"{parts}: more than any chip holds (largest: {biggest[0]} {_gib(biggest[1])})",
+                fix="shard parameters and optimizer state (FSDP), a smaller optimizer "
+                "state (SGD, 8-bit Adam) or a smaller model/batch",
+            )
+        )
+        return ["will not fit"]
+    if short:
+        findings.append(Finding(check="memory", severity="warning", message=f"{parts}: does not fit on {', '.join(short)}"))
+    else:
+        findings.append(Finding(check="memory", severity="info", message=f"{parts}: fits every chip"))
+    return []
+
+
+def _cuda_calls(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> None:
+    if facts.runs_cuda_calls:
+        return
+    for call in obs.cuda_calls:
+        refused = call.get("kind") == "refused"
+        findings.append(
+            Finding(
+                check="cuda_calls",
+                severity="error" if refused else "info",
+                message=f"CUDA-only call {call.get('call')}: {call.get('outcome')}",
+                fix="run with `anydevice run --cuda-compat`, or port the call to anydevice's API",
+            )
+        )

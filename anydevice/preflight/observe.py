@@ -1,0 +1,286 @@
+"""What one training step on the CPU shows, independent of any target: ops, dtypes, shapes, memory, capture.
+
+:class:`Observer` is fed by the script hooks (:mod:`anydevice.preflight.runner`) or by ``ad.check()``:
+batches as they are drawn, the model call of the first step (recorded under :class:`OpRecorder` and a
+saved-tensors hook for the activation estimate), and the optimizer after its first step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from anydevice.preflight.schema import Capture, GraphBreak, Memory, Observation, OpUse, Signature
+from anydevice.strict import user_line
+
+DATA_DEPENDENT = frozenset(
+    {
+        "aten::nonzero",
+        "aten::_local_scalar_dense",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::repeat_interleave.Tensor",
+    }
+)
+"""Ops whose output shape or Python value depends on tensor data: a host read or a data-dependent shape."""
+
+
+class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts every ATen op the step runs, with the user's line of its first call, and the dtypes it produces."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops: dict[str, list[Any]] = {}  # name -> [calls, line, first call's arguments, calls before the optimizer step]
+        self.dtypes: dict[str, str | None] = {}
+        self.host_reads_in_optimizer = 0
+        self.in_optimizer = False  # set around optimizer.step(): its step counters are host scalars by design
+        self.stepped = False  # set after the optimizer step: what follows (logging reads) is after the step's graph
+        self.paused = False  # set while the loader makes the next batch (host-side data work)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if self.paused:
+            return out
+        name = func.name()
+        if self.in_optimizer and name in DATA_DEPENDENT:
+            self.host_reads_in_optimizer += 1
+            return out
+        entry = self.ops.get(name)
+        if entry is None:
+            self.ops[name] = [1, user_line(), describe([list(args), dict(kwargs or {})]), int(not self.stepped)]
+        else:
+            entry[0] += 1
+            entry[3] += int(not self.stepped)
+        for value in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(value, torch.Tensor):
+                dtype = str(value.dtype).removeprefix("torch.")
+                if dtype not in self.dtypes:
+                    self.dtypes[dtype] = user_line()
+        return out
+
+
+class _Opaque(Exception):
+    """An argument :func:`describe` cannot put in JSON (the op is then not probed)."""
+
+
+def describe(value: Any) -> Any:
+    """A JSON form of an op's arguments, enough to call it again on another device; None when something is opaque."""
+    try:
+        return _describe(value)
+    except _Opaque:
+        return None
+
+
+def _describe(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return {"tensor": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"device": True}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_describe(v) for v in value]
+    if isinstance(value, dict):
+        return {
+            "kwargs": {str(k): _describe(v) for k, v in value.items() if not isinstance(v, (torch.layout, torch.memory_format))}
+        }
+    raise _Opaque(type(value).__name__)
+
+
+def rebuild(value: Any, device: Any) -> Any:
+    """The arguments :func:`describe` gave, as real values on ``device`` (tensors of ones; integers as zeros)."""
+    if isinstance(value, dict):
+        if "tensor" in value:
+            dtype = getattr(torch, value["dtype"])
+            make = torch.zeros if not (dtype.is_floating_point or dtype.is_complex) else torch.ones
+            return make(value["tensor"], dtype=dtype).to(device)
+        if "dtype" in value:
+            return getattr(torch, value["dtype"])
+        if "device" in value:
+            return device
+        return {k: rebuild(v, device) for k, v in value["kwargs"].items()}
+    if isinstance(value, list):
+        return [rebuild(v, device) for v in value]
+    return value
+
+
+def signature(batch: Any) -> str:
+    """The shapes and dtypes of every tensor in ``batch`` (nested tuples, lists, dicts), as one string."""
+    parts: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            parts.append(f"{tuple(value.shape)}:{str(value.dtype).removeprefix('torch.')}")
+        elif isinstance(value, dict):
+            for key in sorted(value, key=str):
+                walk(value[key])
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                walk(item)
+
+    walk(batch)
+    return ", ".join(parts) or "(no tensors)"
+
+
+def _bytes(tensors: Any) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The user's module inside ``torch.compile`` and DDP/FSDP-style wrappers."""
+    for _ in range(4):
+        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+        if not isinstance(inner, torch.nn.Module):
+            break
+        model = inner
+    return model
+
+
+class Observer:
+    """Collects an :class:`Observation` from batches, the first step's model call and the optimizer."""
+
+    def __init__(self, steps: int, world_size: int = 1) -> None:
+        self.steps = steps
+        self.world_size = world_size
+        self.batches: list[str] = []
+        self.recorder = OpRecorder()
+        self.model: torch.nn.Module | None = None
+        self.args: tuple[Any, ...] = ()
+        self.kwargs: dict[str, Any] = {}
+        self.activations = 0
+        self.memory: Memory | None = None
+        self.steps_done = 0
+
+    def batch(self, batch: Any) -> None:
+        """A batch the loader yielded (only the first ``steps`` count)."""
+        if len(self.batches) < self.steps:
+            self.batches.append(signature(batch))
+
+    @contextlib.contextmanager
+    def first_call(self, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[None]:
+        """Around the model's first call: remember it and measure the tensors saved for backward."""
+        self.model, self.args, self.kwargs = model, _detached(args), _detached(kwargs)
+        saved: list[torch.Tensor] = []
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            saved.append(tensor)
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield
+        self.activations = _bytes(saved)
+
+    def optimizer_stepped(self, optimizer: torch.optim.Optimizer | None, model: torch.nn.Module | None = None) -> None:
+        """After the first step: parameters, gradients and the optimizer's real state."""
+        params = [p for group in optimizer.param_groups for p in group["params"]] if optimizer is not None else []
+        if not params and model is not None:
+            params = list(model.parameters())
+        grads = [p.grad if p.grad is not None else p for p in params if p.requires_grad]
+        state = [v for s in optimizer.state.values() for v in s.values()] if optimizer is not None else []
+        self.memory = Memory(
+            parameters=_bytes(params),
+            gradients=_bytes(grads),
+            optimizer_state=_bytes(state),
+            activations=self.activations,
+            optimizer=type(optimizer).__name__ if optimizer is not None else None,
+        )
+
+    def finish(self, cuda_calls: list[dict[str, str]] | None = None, inventory: bool = True) -> Observation:
+        """Run the capture and export analyses on the remembered call and assemble the observation."""
+        counts: dict[str, int] = {}
+        for sig in self.batches:
+            counts[sig] = counts.get(sig, 0) + 1
+        ops = [
+            OpUse(op=name, calls=calls, line=line, example=ex, before_step=before)
+            for name, (calls, line, ex, before) in sorted(self.recorder.ops.items())
+        ]
+        capture, export_error = Capture(error="the model was never called"), None
+        core: list[str] = []
+        if self.model is not None:
+            capture = explain(self.model, self.args, self.kwargs)
+            if inventory:
+                core, export_error = core_aten(self.model, self.args, self.kwargs)
+        return Observation(
+            steps=self.steps_done,
+            signatures=[Signature(signature=s, batches=n) for s, n in counts.items()],
+            sequence=[list(counts).index(s) for s in self.batches],
+            capture=capture,
+            ops=ops,
+            core_aten=core,
+            export_error=export_error,
+            dtypes=dict(self.recorder.dtypes),
+            data_dependent=[op for op in ops if op.op in DATA_DEPENDENT],
+            memory=self.memory,
+            cuda_calls=cuda_calls or [],
+            world_size=self.world_size,
+            drop_last_fix=_short_last(self.batches),
+            versions={"torch": torch.__version__},
+        )
+
+
+def _short_last(batches: list[str]) -> bool:
+    """True when only the last batch differs from the others (a partial batch: ``drop_last=True`` fixes it)."""
+    return len(batches) > 2 and len(set(batches[:-1])) == 1 and batches[-1] != batches[0]
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(v) for v in value)
+    return value
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")[:300]
+
+
+def explain(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Capture:
+    """``torch._dynamo.explain`` of the forward: graphs, breaks with reasons and the user's lines."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    try:
+        out = torch._dynamo.explain(unwrap(model))(*args, **kwargs)
+    except Exception as exc:
+        return Capture(error=f"{type(exc).__name__}: {_first_line(str(exc))}")
+    finally:
+        torch._dynamo.reset()
+    breaks = []
+    for reason in out.break_reasons:
+        stack = reason.user_stack or []
+        line = f"{stack[-1].filename}:{stack[-1].lineno}" if stack else None
+        breaks.append(GraphBreak(reason=_first_line(reason.reason), line=line))
+    return Capture(graph_count=int(out.graph_count), graph_break_count=int(out.graph_break_count), breaks=breaks)
+
+
+def core_aten(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[str], str | None]:
+    """The core-ATen op inventory of the forward (``torch.export`` then ``run_decompositions``), or why it failed."""
+    quiet = logging.getLogger("torch")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # export logs its failed guards at length; the report keeps the first line
+    try:
+        program = torch.export.export(unwrap(model), tuple(args), kwargs or None, strict=False).run_decompositions()
+    except Exception as exc:
+        return [], f"{type(exc).__name__}: {_first_line(str(exc))}"
+    finally:
+        quiet.setLevel(level)
+    names = {node.target.name() for node in program.graph.nodes if node.op == "call_function" and hasattr(node.target, "name")}
+    return sorted(names), None

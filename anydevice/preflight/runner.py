@@ -1,0 +1,153 @@
+"""The child process of ``anydevice check``: runs the user's script on the CPU for N steps under hooks.
+
+    python -m anydevice.preflight.runner OUT.json STEPS WORLD_SIZE SCRIPT [ARGS...]
+
+The hooks wrap ``DataLoader.__iter__`` (each batch's signature), the top-level ``Module.__call__`` (the
+model and its first inputs; the first step's ops under :class:`~anydevice.preflight.observe.OpRecorder`)
+and every optimizer step (a global post hook: memory after the first step, a stop after the N-th).
+Then the observation is written to OUT as JSON. A script that fails first writes ``{"error": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils.data
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from anydevice.preflight.observe import Observer
+
+
+class _Enough(BaseException):
+    """Raised from the optimizer hook after N steps: ends the script (a BaseException, so `except Exception` keeps going)."""
+
+
+class Hooks:
+    """Installs the hooks and turns what they see into an Observer's input."""
+
+    def __init__(self, observer: Observer) -> None:
+        self.observer = observer
+        self.loader_seen = False
+        self.depth = 0
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.recording = False
+        self.calls = 0
+
+    def install(self) -> None:
+        loader_iter = torch.utils.data.DataLoader.__iter__
+        module_call = torch.nn.Module.__call__
+        hooks = self
+
+        def iterate(loader: Any) -> Any:
+            hooks.loader_seen = True
+            batches = loader_iter(loader)
+            while True:
+                hooks.observer.recorder.paused = True  # making a batch is host-side data work, not the step's
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                finally:
+                    hooks.observer.recorder.paused = False
+                hooks.observer.batch(batch)
+                yield batch
+
+        def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if hooks.depth or not hooks.loader_seen:
+                return hooks.nested(module_call, module, args, kwargs)
+            hooks.calls += 1
+            if hooks.observer.steps_done:
+                hooks.stop_recording()  # the first iteration ended: its ops after the optimizer step are in
+            if hooks.observer.model is None and any(p.requires_grad for p in module.parameters()):
+                hooks.recording = True
+                hooks.observer.recorder.__enter__()  # type: ignore[no-untyped-call]
+                with hooks.observer.first_call(module, args, kwargs):
+                    return hooks.nested(module_call, module, args, kwargs)
+            return hooks.nested(module_call, module, args, kwargs)
+
+        torch.utils.data.DataLoader.__iter__ = iterate  # type: ignore[method-assign]
+        torch.nn.Module.__call__ = call  # type: ignore[method-assign]
+        register_optimizer_step_pre_hook(self.stepping)
+        register_optimizer_step_post_hook(self.stepped)
+
+    def stepping(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.observer.recorder.in_optimizer = True
+
+    def nested(self, module_call: Any, module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
+        self.depth += 1
+        try:
+            return module_call(module, *args, **kwargs)
+        finally:
+            self.depth -= 1
+
+    def stop_recording(self) -> None:
+        if self.recording:
+            self.recording = False
+            self.observer.recorder.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+
+    def stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.observer.recorder.in_optimizer = False
+        if self.observer.model is None:
+            return  # an optimizer stepped before the model ran on a loader batch
+        self.observer.steps_done += 1
+        if self.observer.steps_done == 1:
+            self.observer.recorder.stepped = True
+            self.observer.optimizer_stepped(optimizer, self.observer.model)
+        if self.observer.steps_done >= self.observer.steps:
+            raise _Enough
+
+
+def _cuda_calls() -> list[dict[str, str]]:
+    from anydevice import cuda_compat
+
+    calls = cuda_compat.report().get("calls", [])
+    return [{k: str(v) for k, v in c.items()} for c in calls] if isinstance(calls, list) else []
+
+
+def main(argv: list[str]) -> int:
+    out, steps, world, script, *args = argv
+    observer = Observer(int(steps), int(world))
+    hooks = Hooks(observer)
+    hooks.install()
+    sys.argv = [script, *args]
+    sys.path.insert(0, str(Path(script).resolve().parent))
+    result: dict[str, Any]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except _Enough:
+        pass
+    except SystemExit as exc:
+        if exc.code not in (None, 0) and observer.steps_done == 0:
+            Path(out).write_text(json.dumps({"error": f"the script exited with status {exc.code} before its first step"}))
+            return 3
+    except BaseException as exc:
+        hooks.stop_recording()
+        if observer.steps_done == 0:
+            frames = traceback.extract_tb(exc.__traceback__)
+            where = next((f"{f.filename}:{f.lineno}" for f in reversed(frames) if "anydevice/" not in f.filename), None)
+            result = {
+                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+                "line": where,
+            }
+            Path(out).write_text(json.dumps(result))
+            return 3
+    hooks.stop_recording()
+    if not hooks.loader_seen:
+        Path(out).write_text(json.dumps({"error": "no_loader"}))
+        return 3
+    if observer.model is None:
+        Path(out).write_text(json.dumps({"error": "no_model"}))
+        return 3
+    observation = observer.finish(cuda_calls=_cuda_calls())
+    Path(out).write_text(observation.model_dump_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

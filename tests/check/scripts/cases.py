@@ -1,0 +1,68 @@
+"""Small models made to fail one check each, trained from a DataLoader: ``python cases.py CASE [--steps N]``.
+
+Runs on the device ANYDEVICE selects (the cuda case on "cuda", as written for GPUs). Cases: clean,
+branch (a Python branch on tensor data), nonzero, float64 (a float64 buffer), varying (a different
+sequence length every batch), cuda (CUDA-only calls, as written for GPUs). Each offending
+line carries a ``# CHECK: <case>`` marker, which the tests look up.
+"""
+
+import argparse
+
+import torch
+from torch import nn
+
+import anydevice as ad
+
+
+class Model(nn.Module):
+    def __init__(self, case: str) -> None:
+        super().__init__()
+        self.case = case
+        self.lin = nn.Linear(8, 8)
+        if case == "float64":
+            self.register_buffer("scale", torch.ones(8, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        if self.case == "branch":
+            if h.mean() > 0:  # CHECK: branch
+                h = h * 2
+        if self.case == "nonzero":
+            h = h + torch.nonzero(h > 0).shape[0]  # CHECK: nonzero
+        if self.case == "float64":
+            h = (h.double() * self.scale).float()  # CHECK: float64
+        return h.pow(2).mean()
+
+
+def collate(rows: list[tuple[torch.Tensor]]) -> torch.Tensor:
+    batch = torch.stack([r[0] for r in rows])
+    return batch[:, : 2 + int(batch[0, 0, 0].abs() * 100) % 5]  # CHECK: varying (sequence length per batch)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case")
+    parser.add_argument("--steps", type=int, default=6)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(4 * args.steps, 6, 8))
+    varying = args.case == "varying"
+    loader = torch.utils.data.DataLoader(data, batch_size=4, collate_fn=collate if varying else None)
+    device = "cuda" if args.case == "cuda" else ad.device()
+    model = Model(args.case).to(device)
+    if args.case == "cuda":
+        torch.cuda.synchronize()  # CHECK: cuda
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for batch in loader:
+        x = batch if varying else batch[0]
+        loss = model(x.to(device))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if args.case != "cuda":
+            ad.step()
+    print("done")
+
+
+if __name__ == "__main__":
+    main()
