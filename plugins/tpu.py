@@ -30,6 +30,7 @@ from anydevice.plugin import (
     XlaVendor,
     hookimpl,
     lazy_xla,
+    settings,
     versions,
 )
 from anydevice.plugin import detection as d
@@ -120,8 +121,6 @@ def prepare_environment() -> None:
 def set_compile_caches() -> dict[str, str]:
     """Point each of torch_tpu's persistent compile caches (:data:`COMPILE_CACHES`) that the user left unset
     at ``ANYDEVICE_CACHE_DIR/tpu/<tier>``; returns what was set."""
-    from anydevice import settings
-
     chosen = {}
     for variable, tier in COMPILE_CACHES.items():
         if not os.environ.get(variable):

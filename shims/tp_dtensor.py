@@ -41,10 +41,11 @@ class DTensorParallel(Lowering):
         self.mesh_device_type = mesh_device_type
 
     def world(self) -> int:
-        """The ranks a mesh spans: the launched world (1 without a launcher)."""
-        from anydevice.distributed import world_size
+        """The ranks a mesh spans: the process group's world, else the launched one (1 without a launcher)."""
+        from anydevice.settings import world_size
 
-        return world_size()
+        dist = torch.distributed
+        return int(dist.get_world_size()) if dist.is_available() and dist.is_initialized() else world_size()
 
     def mesh(self, degrees: dict[str, int]) -> Any:
         """A ``DeviceMesh`` with one named axis per degree (the process group must exist)."""

@@ -394,7 +394,7 @@ def check_strict(ctx: Context) -> list[Check]:
     if not on:
         return [Check("strict mode", "info", f"off: ops that fall back to the CPU run there ({name}=1 makes them errors)")]
     device = ctx.requested_names[0] if ctx.requested_names else None
-    facts = ctx.registry.get(device).spec.check if device and ctx.registry.canonical(device) else None
+    facts = ctx.registry.spec(device).check if device and ctx.registry.canonical(device) else None
     if facts is not None and facts.fallback == "unknown":
         fix = f"unset {name}, or select a device whose plugin declares CheckFacts.fallback"
         return [Check("strict mode", "fail", f"on, but the {device} plugin declares no way to notice CPU fallback", fix)]

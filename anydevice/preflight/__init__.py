@@ -42,9 +42,9 @@ def report(observation: Observation, targets: Sequence[str], script: str | None 
 
     registry = get_registry()
     reports = [judge(t, registry.get(t).spec.check, observation) for t in targets]
-    from anydevice import __version__
+    from anydevice.detect import version_of
 
-    observation.versions.setdefault("anydevice", __version__)
+    observation.versions.setdefault("anydevice", version_of("anydevice") or "unknown")
     result = Report(script=script, observation=observation, targets=reports, ok=all(r.verdict == "runs" for r in reports))
     return Report.model_validate(result.model_dump())  # a round trip through the schema: what is printed is valid
 
