@@ -17,16 +17,28 @@ script does.
 
 from __future__ import annotations
 
+import builtins
+
+exempted = False
+"""True once :func:`exempt` ran: the hook never enables cuda-compat in this process."""
+
 
 def install() -> None:
     """Enable cuda-compat at the script's first ``import torch`` (the ``.pth`` line calls this when the variable is set)."""
+    if exempted:
+        return
     from anydevice.cuda_compat import startup_hook
 
     startup_hook.install()
 
 
 def exempt() -> None:
-    """This process is anydevice's own (CLI, detection child, matrix worker): the hook never enables cuda-compat here."""
-    from anydevice.cuda_compat import startup_hook
+    """This process is anydevice's own (CLI, detection child, matrix worker): the hook never enables cuda-compat here.
 
-    startup_hook.exempt()
+    Imports nothing: a hook the ``.pth`` line put in place, not yet enabled, is taken out again.
+    """
+    global exempted
+    exempted = True
+    hook = builtins.__import__
+    if type(hook).__name__ == "ImportHook" and getattr(hook, "scope", None) is None:
+        hook.remove()  # type: ignore[attr-defined]

@@ -64,7 +64,7 @@ def _loud() -> bool:
 
 
 def _write_report() -> None:
-    from anydevice.cuda_compat.report import write_at_exit
+    from anydevice.cuda_compat.migration_report import write_at_exit
 
     if _active is not None:
         write_at_exit(

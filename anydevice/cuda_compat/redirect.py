@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from anydevice import settings
+from anydevice.cuda_compat.migration_report import NEUTRAL, REDIRECTED, MigrationReport
 from anydevice.cuda_compat.patches import Patches
-from anydevice.cuda_compat.report import NEUTRAL, REDIRECTED, MigrationReport
 from anydevice.cuda_compat.scope import INTERNAL_PACKAGES, Scope
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from anydevice.cuda_compat.migration_report import REDIRECTED, REFUSED
 from anydevice.cuda_compat.redirect import Redirect, same_builtin
-from anydevice.cuda_compat.report import REDIRECTED, REFUSED
 from anydevice.errors import UnsupportedDeviceFunctionError
 
 AUTOCAST_QUERIES = ("get_autocast_dtype", "is_autocast_enabled")

@@ -7,8 +7,13 @@ import sys
 from typing import Any
 
 VARIABLE = "ANYDEVICE_CUDA_COMPAT"
-_exempt = False
 _said: set[str] = set()
+
+
+def exempted() -> bool:
+    """Whether this process called :func:`anydevice.startup.exempt` (read from the loaded module: no import)."""
+    startup = sys.modules.get("anydevice.startup")
+    return bool(getattr(startup, "exempted", False))
 
 
 def _say(line: str) -> None:
@@ -50,7 +55,7 @@ def _on_torch() -> Any:
     from anydevice.cuda_compat.scope import installed_hook
 
     hook = installed_hook()
-    if _exempt:
+    if exempted():
         return None
     if _anydevice_is_running():
         if hook is not None:
@@ -73,7 +78,7 @@ def install() -> None:
 
     The ``.pth`` line calls this at interpreter start; ``import anydevice.cuda_compat`` calls it too.
     """
-    if _exempt or not requested():
+    if exempted() or not requested():
         return
     from anydevice.cuda_compat.scope import ImportHook, installed_hook, torch_loaded
 
@@ -84,14 +89,3 @@ def install() -> None:
         if hook is not None and hook.scope is None and hook.waiting:
             hook.waiting = False
             hook.scope = _on_torch()
-
-
-def exempt() -> None:
-    """This process is anydevice's own (CLI, detection child, matrix worker): the hook never enables cuda-compat here."""
-    global _exempt
-    _exempt = True
-    from anydevice.cuda_compat.scope import installed_hook
-
-    hook = installed_hook()
-    if hook is not None and hook.scope is None:
-        hook.remove()

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from anydevice.cuda_compat.host_types import HostQueue, host_types, legacy_tensor_types, refused_type
+from anydevice.cuda_compat.migration_report import REDIRECTED, REFUSED
 from anydevice.cuda_compat.redirect import Redirect
-from anydevice.cuda_compat.report import REDIRECTED, REFUSED
 from anydevice.errors import UnsupportedDeviceFunctionError
 
 MAPPED = (
