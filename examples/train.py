@@ -374,7 +374,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     amp = amp_by_default() if args.amp is None else args.amp
     core = build_model(config, args.activation_checkpointing)
     model, degrees = parallelize(core, args, mesh)
-    sharded = (world > 1 and args.parallel == "fsdp") or mesh is not None
+    sharded = args.parallel in ("fsdp", "fsdp+tp") or mesh is not None  # DCP checkpoints (resharded on load)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     start_step, resumed_from = 0, None
     if args.checkpoint_dir:
