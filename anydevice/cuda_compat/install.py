@@ -30,11 +30,12 @@ def install(backend: Backend, device_module: Any) -> Redirect | None:
         runtime.install_share_memory(redirect)
         # the script's view: torch.cuda and torch.accelerator answer for the device
         scope = redirect.scope
-        scope.add_view(torch.cuda, torch_cuda.cuda_view(redirect))
+        cuda = scope.add_view(torch.cuda, torch_cuda.cuda_view(redirect))
         accelerator = getattr(torch, "accelerator", None)
         if accelerator is not None:
             scope.add_view(accelerator, torch_cuda.accelerator_view(redirect))
-        scope.add_view(torch, {**redirect.script_view(), **runtime.compile_view(redirect)})
+        questions = {"get_device_module": torch_cuda.get_device_module_view(redirect, cuda)}
+        scope.add_view(torch, {**redirect.script_view(), **runtime.compile_view(redirect), **questions})
         scope.add_view(torch.utils, {})
         scope.later["torch.utils.cpp_extension"] = runtime.extensions_view(redirect)
         scope.make_later_views()

@@ -94,13 +94,29 @@ def _unfused(r: Redirect, cls: type, init: Any, optimizers: Any) -> Any:
     @functools.wraps(init)
     def optimizer_init(self: Any, *args: Any, **kwargs: Any) -> None:
         trial = r.target.type in optimizers.trying  # the support check's own fused step
-        if kwargs.get("fused") and not trial and not optimizers.fused_optimizer_supported(r.target):
+        if not kwargs.get("fused") or trial:
+            return init(self, *args, **kwargs)  # type: ignore[no-any-return]
+        params = list(args[0] if args else kwargs.pop("params"))  # a generator is read once: pass the list on
+        args = (params, *args[1:])
+        on_target = r.target.type in _devices_of(params)  # parameters on the CPU keep torch's fused CPU kernels
+        if on_target and not optimizers.fused_optimizer_supported(r.target):
             kwargs["fused"] = None
             r.notice(f"{name}(fused=True) has no fused kernel on {r.name}: using {name}'s default implementation.")
             r.report.add(f"torch.optim.{name}(fused=True)", REDIRECTED, f"{name}(fused=None): no fused kernel on {r.name}")
         init(self, *args, **kwargs)
 
     return optimizer_init
+
+
+def _devices_of(params: list[Any]) -> set[str]:
+    """The device types of an optimizer's parameters (tensors, or param groups with ``"params"``)."""
+    found: set[str] = set()
+    for item in params:
+        group = item.get("params", ()) if isinstance(item, dict) else (item,)
+        for tensor in [group] if isinstance(group, torch.Tensor) else group:
+            if isinstance(tensor, torch.Tensor):
+                found.add(tensor.device.type)
+    return found
 
 
 def _step_boundaries(r: Redirect) -> None:

@@ -360,3 +360,26 @@ def accelerator_view(r: Redirect) -> dict[str, Any]:
     for name, target in ACCELERATOR.items():
         answers.setdefault(name, _mapped(r, f"torch.accelerator.{name}()", target))
     return {name: functools.wraps(getattr(acc, name))(fn) for name, fn in answers.items() if hasattr(acc, name)}
+
+
+def get_device_module_view(r: Redirect, cuda: Any) -> Callable[..., Any]:
+    """``torch.get_device_module``: ``"cuda"`` is the script's ``torch.cuda``, the selected device's type its device module.
+
+    A library that asks ``torch.accelerator`` for the accelerator (the selected device, in the view) and then
+    for its module gets one, also where torch registers none (``torch.xla``).
+    """
+    original = torch.get_device_module
+
+    @functools.wraps(original)
+    def get_device_module(device: Any = None) -> Any:
+        kind = r.target.type if device is None else torch.device(device).type if isinstance(device, (str, torch.device)) else None
+        if kind == "cuda":
+            return cuda
+        if kind == r.target.type:
+            try:
+                return original(r.target.type)
+            except (RuntimeError, AttributeError):
+                return r.module
+        return original(device)
+
+    return get_device_module
