@@ -21,7 +21,7 @@ import os, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 total = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(total)
-line = f"rank {dist.get_rank()} sum {total.item():g} port {os.environ['MASTER_PORT']}\n"
+line = f"rank {dist.get_rank()} sum {total.item():g} port {os.environ['MASTER_PORT']}\\n"
 os.write(1, line.encode())  # one write: the two ranks share the pipe, and print() writes the newline apart
 dist.destroy_process_group()
 """
