@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -197,15 +198,15 @@ def degrees(spec: Mapping[str, int], world: int) -> dict[str, int]:
     return out
 
 
-class Lowering:
+class Lowering(ABC):
     """What every tensor-parallel lowering shares: the plan's checks. Subclasses add the device's
     meshes, splits and batches (``Collectives.tensor_parallelism`` returns one)."""
 
     kind = ""
 
+    @abstractmethod
     def world(self) -> int:
         """What a mesh spans: ranks, or the host's devices."""
-        raise NotImplementedError
 
     def resolve(self, spec: Mapping[str, int]) -> dict[str, int]:
         """Named degrees with ``-1`` resolved against :meth:`world`."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from anydevice.cuda_compat import runtime, torch_cuda
-from anydevice.cuda_compat.redirect import Redirect
+from anydevice.cuda_compat.redirect import CUDA, Redirect
 from anydevice.cuda_compat.scope import ImportHook, installed_hook
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def install(backend: Backend, device_module: Any) -> Redirect | None:
     """Redirect CUDA calls to ``backend``'s device; None (nothing patched) when it is cuda itself."""
-    if backend.shims.placement.device().type == "cuda":
+    if backend.shims.placement.device().type == CUDA:
         return None
     redirect = Redirect(backend, device_module)
     try:

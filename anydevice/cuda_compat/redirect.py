@@ -42,6 +42,8 @@ FACTORIES = (
     "hann_window", "hamming_window", "bartlett_window", "blackman_window", "kaiser_window", "set_default_device",
 )  # fmt: skip
 """``torch.*`` functions whose ``device=`` is redirected."""
+CUDA = "cuda"
+"""The device type cuda-compat translates: the subject of this feature, not a fact of any device's plugin."""
 TENSOR_METHODS = ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros")
 
 
@@ -125,11 +127,11 @@ class Redirect:
     def device(self, value: Any, ints: bool = False, call: str = "device='cuda'") -> Any:
         """``value`` with a CUDA device replaced by the selected one; anything else unchanged."""
         if isinstance(value, str):
-            if value == "cuda" or value.startswith("cuda:"):
+            if value == CUDA or value.startswith(f"{CUDA}:"):
                 self.report.add(call, REDIRECTED, str(self.target))
                 return self.device_at(torch.device(value).index)
         elif isinstance(value, torch.device):
-            if value.type == "cuda":
+            if value.type == CUDA:
                 self.report.add(call, REDIRECTED, str(self.target))
                 return self.device_at(value.index)
         elif ints and isinstance(value, int) and not isinstance(value, bool):
@@ -149,7 +151,7 @@ class Redirect:
 
     def device_type(self, value: Any) -> Any:
         """``"cuda"`` -> the selected device's type (for autocast and GradScaler)."""
-        return self.target.type if value == "cuda" else value
+        return self.target.type if value == CUDA else value
 
     def _devices(self, fn: Callable[..., Any], label: str, ints: bool) -> Callable[..., Any]:
         device = self.device
@@ -162,7 +164,7 @@ class Redirect:
         def redirected(*args: Any, **kwargs: Any) -> Any:
             for a in args:  # inline: the common case (a tensor, a CPU/XLA device, a dtype) rewrites nothing
                 kind = a.__class__
-                if (kind is torch_device and a.type == "cuda") or kind in maybe:
+                if (kind is torch_device and a.type == CUDA) or kind in maybe:
                     args = tuple([device(a, ints, call) for a in args])
                     break
             if kwargs and "device" in kwargs:
@@ -324,7 +326,7 @@ class Redirect:
         wanted = None if asked is None else self.device(asked)
 
         def restore(storage: Any, location: str) -> Any:
-            if not location.startswith("cuda"):
+            if not location.startswith(CUDA):
                 if wanted is None:
                     return None  # torch's default: where it was saved (the host)
             else:

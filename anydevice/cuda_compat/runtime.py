@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from anydevice.cuda_compat.migration_report import REDIRECTED, REFUSED
-from anydevice.cuda_compat.redirect import Redirect, same_builtin
+from anydevice.cuda_compat.redirect import CUDA, Redirect, same_builtin
 from anydevice.errors import UnsupportedDeviceFunctionError
 
 AUTOCAST_QUERIES = ("get_autocast_dtype", "is_autocast_enabled")
@@ -183,7 +183,7 @@ def install_amp(r: Redirect) -> None:
     target = r.target.type
 
     def autocast_init_redirected(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
-        if device_type == "cuda":
+        if device_type == CUDA:
             r.report.add("torch.autocast('cuda')", REDIRECTED, f"torch.autocast({target!r})")
         autocast_init(self, r.device_type(device_type), *args, **kwargs)
 
@@ -191,8 +191,8 @@ def install_amp(r: Redirect) -> None:
     scaler = torch.amp.grad_scaler.GradScaler
     scaler_init = scaler.__init__
 
-    def scaler_init_redirected(self: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
-        if device == "cuda":
+    def scaler_init_redirected(self: Any, device: str = CUDA, *args: Any, **kwargs: Any) -> None:
+        if device == CUDA:
             r.report.add("GradScaler('cuda')", REDIRECTED, f"GradScaler({target!r})")
         scaler_init(self, r.device_type(device), *args, **kwargs)
 
