@@ -11,7 +11,12 @@ torch nor any vendor library; the selected plugin is loaded on first use.
 
 from __future__ import annotations
 
-from anydevice import checkpoint, distributed, errors
+from anydevice import (
+    checkpoint,
+    distributed,
+    errors,
+    old_paths,  # noqa: F401  (serves 0.3's import paths, deprecated)
+)
 from anydevice.api import (
     autocast,
     backend,
@@ -19,6 +24,7 @@ from anydevice.api import (
     data_loader,
     device,
     device_map,
+    device_module,
     fallback_ops,
     generator,
     load,
@@ -31,15 +37,15 @@ from anydevice.api import (
     synchronize,
     to,
 )
-from anydevice.backend import Backend, reset, use
 from anydevice.capabilities import Capabilities, capabilities
-from anydevice.device_module import device_module
 from anydevice.edge import export
 from anydevice.errors import AnyDeviceError
 from anydevice.meter import StepMeter, transformer_training_flops_per_token
 from anydevice.preflight import check
+from anydevice.release import VERSION
+from anydevice.runtime.backend import Backend, reset, use
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "AnyDeviceError",

@@ -11,9 +11,9 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from anydevice import strict
-from anydevice.backend import Backend, current, mark_used
-from anydevice.errors import UnsupportedFeatureError
+from anydevice.errors import UnsupportedDeviceFunctionError, UnsupportedFeatureError
+from anydevice.runtime import strict
+from anydevice.runtime.backend import Backend, current, mark_used
 
 if TYPE_CHECKING:
     import torch
@@ -106,7 +106,7 @@ def save(obj: Any, path: str | Path) -> None:
     file is replaced; any other file, a read-only one, a full disk or another user's symlink in a
     shared directory raises :class:`~anydevice.errors.CheckpointError` naming the file and the cause.
     """
-    from anydevice.saving import save as save_file
+    from anydevice.checkpoint.saving import save as save_file
 
     save_file(obj, Path(path))
 
@@ -117,7 +117,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu", weights_onl
     Every member's CRC-32 is checked first: an empty, truncated or corrupt file raises
     :class:`~anydevice.errors.CheckpointError` naming it and what is wrong.
     """
-    from anydevice.loading import load_file
+    from anydevice.runtime.loading import load_file
 
     return load_file(Path(path), map_location=map_location, weights_only=weights_only)
 
@@ -185,6 +185,21 @@ def record(name: str) -> Iterator[None]:
     """Annotate a region so it shows by ``name`` in the device's trace (every vendor's profiler)."""
     with current().shims.profiling.record(name):
         yield
+
+
+def device_module() -> Any:
+    """A ``torch.cuda``-shaped module for the selected device (``torch.cuda`` itself on cuda).
+
+    Frameworks written against ``torch.cuda`` call a handful of functions on it (the surface is
+    ``anydevice.shims.cuda_shaped.SURFACE``); what the device lacks raises
+    :class:`~anydevice.errors.UnsupportedDeviceFunctionError`. The same object is returned on every call.
+    """
+    from anydevice.shims.contracts import CudaShaped
+
+    shim = current().shims.capability(CudaShaped)  # type: ignore[type-abstract]  # looked up, never built
+    if shim is None:
+        raise UnsupportedDeviceFunctionError("device_module", current().name, "its plugin offers no torch.cuda-shaped module")
+    return shim.device_module()
 
 
 def device_map() -> dict[str, str]:

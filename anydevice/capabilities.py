@@ -1,6 +1,6 @@
 """``ad.capabilities()``: what the selected device computes in and how it compiles, communicates and stores.
 
-From the plugin's :class:`~anydevice.check_facts.CheckFacts` declaration and, where torch has it (2.15:
+From the plugin's :class:`~anydevice.contract.check_facts.CheckFacts` declaration and, where torch has it (2.15:
 ``torch.accelerator.get_device_capability()["supported_dtypes"]``), from torch itself on the device.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from anydevice.check_facts import FP8
+from anydevice.contract.check_facts import FP8
 
 TORCH_CAPABILITY = "torch.accelerator.get_device_capability()"
 
@@ -61,8 +61,8 @@ def torch_supported_dtypes(device_type: str) -> frozenset[str] | None:
 
 def capabilities() -> Capabilities:
     """What the selected device supports: dtypes (bf16, fp8), compile backends, collectives, memory, shapes."""
-    from anydevice.backend import current
-    from anydevice.registry import get_registry
+    from anydevice.runtime.backend import current
+    from anydevice.runtime.registry import get_registry
 
     b = current()
     facts = get_registry().get(b.name).spec.check

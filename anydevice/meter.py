@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from anydevice.backend import current
+from anydevice.runtime.backend import current
 
 if TYPE_CHECKING:
     import torch

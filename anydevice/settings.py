@@ -323,7 +323,7 @@ def _integer(setting: Setting, low: int, high: int) -> None:
 def validate() -> None:
     """Check every setting anydevice reads against its real range; the first problem raises, naming the variable.
 
-    ``ANYDEVICE`` itself is checked when it is parsed (:func:`anydevice.selection.parse`).
+    ``ANYDEVICE`` itself is checked when it is parsed (:func:`anydevice.runtime.selection.parse`).
     """
     detect_timeout()
     for flag in (ANYDEVICE_QUIET, ANYDEVICE_DEBUG, ANYDEVICE_KEEP_AUTOLOAD, ANYDEVICE_CUDA_COMPAT):

@@ -39,16 +39,16 @@ CASES: dict[str, tuple[str, str]] = {
     "import anydevice after torch": ("import torch", "import anydevice"),
     "select cpu (first ad.device())": ("import torch, anydevice", "anydevice.device()"),
     "select auto (first ad.device())": ("import torch, anydevice", "anydevice.device()"),
-    "discover built-in plugins": ("import torch; from anydevice.registry import Registry", "Registry().load()"),
-    "discover +N plugins": ("import torch; from anydevice.registry import Registry", "r = Registry().load()"),
+    "discover built-in plugins": ("import torch; from anydevice.runtime.registry import Registry", "Registry().load()"),
+    "discover +N plugins": ("import torch; from anydevice.runtime.registry import Registry", "r = Registry().load()"),
     "select cpu with +N plugins": ("import torch, anydevice", "anydevice.device()"),
     "import accelerate after torch": ("import torch", "import accelerate"),
     "import lightning_fabric after torch": ("import torch", "import lightning_fabric"),
 }
 NEEDS = {"import accelerate after torch": "accelerate", "import lightning_fabric after torch": "lightning_fabric"}
 
-PLUGIN = """from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.hookspecs import hookimpl
+PLUGIN = """from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 
 
 def _load():
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         envs = {name: base for name in CASES}
         envs["select auto (first ad.device())"] = {**base, "ANYDEVICE": "auto"}
         envs["discover +N plugins"] = envs["select cpu with +N plugins"] = plugged
-        check = "from anydevice.registry import Registry; r = Registry().load(); print(len(r.devices), len(r.failures))"
+        check = "from anydevice.runtime.registry import Registry; r = Registry().load(); print(len(r.devices), len(r.failures))"
         found = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=plugged, check=True)
         devices, failures = map(int, found.stdout.split())
         cases = {name: c for name, c in CASES.items() if name not in skipped}

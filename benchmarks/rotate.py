@@ -113,7 +113,7 @@ def machine() -> dict[str, Any]:
 def write(name: str, result: dict[str, Any], out: Path | None) -> Path:
     """Write ``result`` as indented JSON to ``out`` (default ``benchmarks/results/NAME.json``); raises
     :class:`~anydevice.errors.FileAccessError` where a file that is not a benchmark result is in the way."""
-    from anydevice.safe_files import json_with, write_bytes
+    from anydevice.files.safe_files import json_with, write_bytes
 
     path = out if out is not None else RESULTS / f"{name}.json"
     text = json.dumps(result, indent=2, sort_keys=False) + "\n"

@@ -39,7 +39,7 @@ def builtin_probes() -> list[Probe]:
 def plugin_probes(problems: list[str]) -> list[Probe]:
     """Probes plugins add through the ``anydevice_register_probes`` hook; failures go to ``problems``."""
     try:
-        from anydevice.registry import get_registry
+        from anydevice.runtime.registry import get_registry
 
         registry = get_registry()
     except Exception as exc:  # the matrix must still run when the registry cannot load

@@ -22,7 +22,7 @@ from anydevice.compat_matrix.probe import HarnessError, Partial, Probe, Skip
 from anydevice.compat_matrix.schema import MAX_LOG, MAX_MESSAGE, MAX_REASON, Numerics, ProbeResult, Stage, Status, bounded
 
 if TYPE_CHECKING:
-    from anydevice.backend import Backend
+    from anydevice.runtime.backend import Backend
 
 
 class PlacementError(AssertionError):

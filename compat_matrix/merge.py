@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from anydevice.compat_matrix.claims import Source, mismatch, origin, short
 from anydevice.compat_matrix.probe import GROUPS
 from anydevice.compat_matrix.schema import BROKEN, SIMULATED, WORKING, ProbeResult, ResultFileError, Run, Status, load_run
-from anydevice.versions import TORCH_MINORS
+from anydevice.contract.versions import TORCH_MINORS
 
 if TYPE_CHECKING:
     from anydevice.compat_matrix.versions_table import VersionCell
@@ -355,7 +355,7 @@ def tally(matrix: Matrix, column: Column, group: str | None = None) -> Tally:
 
 # -- the versions table ----------------------------------------------------------------
 
-TORCH_RANGE = (TORCH_MINORS[0], TORCH_MINORS[-1])  # declared once, by anydevice.versions
+TORCH_RANGE = (TORCH_MINORS[0], TORCH_MINORS[-1])  # declared once, by anydevice.contract.versions
 """The torch releases anydevice supports (README: "torch 2.9 to 2.15")."""
 
 
@@ -399,7 +399,7 @@ def supported_text(vendor_package: str | None, rule: object = None) -> str:
 
 def _builtin_devices() -> list[tuple[str, str, str | None, object, tuple[str, ...]]]:
     """``(plugin, device, vendor_package, pairing rule, paired packages)`` for every plugin anydevice itself ships."""
-    from anydevice.registry import builtin_registry
+    from anydevice.runtime.registry import builtin_registry
 
     registry = builtin_registry()  # the built-in plugins only, whatever ANYDEVICE_PLUGINS says
     entries = sorted((registry.get(name) for name in registry.names()), key=lambda e: (e.plugin, e.spec.name))

@@ -45,7 +45,7 @@ from anydevice.compat_matrix.schema import (
 )
 from anydevice.compat_matrix.versions_table import plugin_versions
 from anydevice.errors import FileAccessError
-from anydevice.safe_files import Recognise, check_replaceable, read_bytes, write_bytes
+from anydevice.files.safe_files import Recognise, check_replaceable, read_bytes, write_bytes
 
 LOG_EXCERPT = 1500
 
@@ -108,7 +108,7 @@ def check_out(site: Site, out: Path, *, force: bool = False) -> None:
 
 
 def write_site(site: Site, out: Path, *, force: bool = False) -> list[Path]:
-    """Write the files under ``out``, each atomically (:func:`anydevice.safe_files.write_bytes`); returns their paths.
+    """Write the files under ``out``, each atomically (:func:`anydevice.files.safe_files.write_bytes`); returns their paths.
 
     What is there already is replaced only when ``render`` wrote it, or with ``force``; every file is checked first,
     so a refusal writes none of them.

@@ -44,8 +44,8 @@ from anydevice.compat_matrix.schema import (
     dump_run,
     load_run,
 )
-from anydevice.safe_files import check_replaceable, json_with
-from anydevice.untrusted import clean_tree
+from anydevice.files.safe_files import check_replaceable, json_with
+from anydevice.runtime.untrusted import clean_tree
 
 SETUP_TIMEOUT_MIN = 180.0
 MAX_WORKER_STARTS_WITHOUT_PROGRESS = 2

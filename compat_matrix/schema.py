@@ -16,7 +16,7 @@ from typing import Final, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from anydevice.errors import FileAccessError
-from anydevice.safe_files import json_with, read_bytes, write_bytes
+from anydevice.files.safe_files import json_with, read_bytes, write_bytes
 
 SCHEMA_VERSION: Final = 1
 MAX_MESSAGE: Final = 2000
@@ -280,6 +280,6 @@ RESULT_KEYS: Final = ("schema_version", "run_id", "results")
 
 def dump_run(run: Run, path: Path, *, force: bool = False) -> None:
     """Write ``run`` as stable, indented JSON, atomically; an existing file is replaced only when it is a result file
-    (or with ``force``): :func:`anydevice.safe_files.write_bytes`, which raises ``FileAccessError`` naming the file."""
+    (or with ``force``): :func:`anydevice.files.safe_files.write_bytes`, which raises ``FileAccessError`` naming the file."""
     data = (run.model_dump_json(indent=2) + "\n").encode("utf-8")
     write_bytes(path, data, ours=json_with(RESULT_KEYS), force=force, force_hint="pass --force")

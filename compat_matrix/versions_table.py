@@ -36,9 +36,9 @@ from anydevice.compat_matrix.merge import (
     supported_text,
 )
 from anydevice.compat_matrix.schema import MAX_RESULT_FILE
+from anydevice.contract.versions import TORCH_MINORS
 from anydevice.errors import FileAccessError
-from anydevice.safe_files import read_bytes, write_json
-from anydevice.versions import TORCH_MINORS
+from anydevice.files.safe_files import read_bytes, write_json
 
 __all__ = [
     "TORCH_RANGE",

@@ -113,7 +113,7 @@ def backend_env(backend: Any) -> dict[str, Any]:
     vendor_package = None
     unsupported: dict[str, str] = {}
     try:
-        from anydevice.registry import get_registry
+        from anydevice.runtime.registry import get_registry
 
         spec = get_registry().get(backend.name).spec
         vendor_package = spec.vendor_package

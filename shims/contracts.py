@@ -338,7 +338,7 @@ class CudaShaped(ABC):
 
     @abstractmethod
     def device_module(self) -> Any:
-        """The module: ``torch.<device>`` where complete, else an ``anydevice.device_module.DeviceModule``."""
+        """The module: ``torch.<device>`` where complete, else an ``anydevice.shims.cuda_shaped.DeviceModule``."""
 
 
 @dataclass

@@ -257,9 +257,9 @@ class EagerPlacement(Placement, Diagnostics, CudaShaped):
         return {}
 
     def device_module(self) -> Any:
-        """``ad.device_module()``: ``torch.<device>`` or a DeviceModule (``shims.device_modules``)."""
+        """``ad.device_module()``: ``torch.<device>`` or a DeviceModule (``shims.cuda_shaped``)."""
         if self._device_module is None:
-            from anydevice.shims.device_modules import eager_device_module
+            from anydevice.shims.cuda_shaped import eager_device_module
 
             self._device_module = eager_device_module(self)
         return self._device_module

@@ -117,7 +117,7 @@ def preflight(vendor: XlaVendor) -> None:
     Raises :class:`VersionMismatchError` naming both versions and the pair to install, instead of
     the undefined-symbol crash a mismatched torch_xla gives at import.
     """
-    from anydevice.versions import check_pair
+    from anydevice.contract.versions import check_pair
 
     for package in vendor.lockstep:
         pair = check_pair(package, "lockstep")
@@ -275,9 +275,9 @@ class XlaPlacement(Placement, Diagnostics, CudaShaped, HostTransfer):
         return self.recompiles.compilations
 
     def device_module(self) -> Any:
-        """``ad.device_module()``: a DeviceModule on this placement (``shims.device_modules``)."""
+        """``ad.device_module()``: a DeviceModule on this placement (``shims.cuda_shaped``)."""
         if self._device_module is None:
-            from anydevice.shims.device_modules import xla_device_module
+            from anydevice.shims.cuda_shaped import xla_device_module
 
             self._device_module = xla_device_module(self)
         return self._device_module

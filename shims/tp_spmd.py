@@ -17,17 +17,23 @@ from typing import Any
 
 import torch
 
+from anydevice import settings
 from anydevice.errors import UnsupportedFeatureError
 from anydevice.shims.tp_plan import DP_AXIS, TP_AXIS, Lowering, Rule, split_dim
 
 
-def _refuse_multiprocess(name: str) -> None:
-    from anydevice.distributed import world_size
+def _world_size() -> int:
+    """Processes in this job: the process group's size, else what the launcher set (1 for plain ``python``)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return int(torch.distributed.get_world_size())
+    return settings.world_size()
 
-    if world_size() > 1:
+
+def _refuse_multiprocess(name: str) -> None:
+    if (world := _world_size()) > 1:
         raise UnsupportedFeatureError(
             f"Tensor parallelism on {name} (torch_xla SPMD) runs in one process that drives every device of the host, "
-            f"but this is one of {world_size()} launched processes.",
+            f"but this is one of {world} launched processes.",
             "Run one process (plain `python`, or `anydevice run -n 1`): the mesh spans the host's devices.",
         )
 

@@ -38,7 +38,7 @@ def clean_anydevice(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in CLEARED:
         monkeypatch.delenv(name, raising=False)
     import anydevice
-    from anydevice.registry import reset_registry
+    from anydevice.runtime.registry import reset_registry
 
     anydevice.reset()
     reset_registry()

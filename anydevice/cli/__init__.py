@@ -19,9 +19,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anydevice import guard, settings
+from anydevice import settings
 from anydevice.errors import AnyDeviceError, PluginError
-from anydevice.untrusted import clean_tree
+from anydevice.runtime import guard
+from anydevice.runtime.untrusted import clean_tree
 
 # Subcommands implemented in their own modules: name -> (module, help)
 DELEGATED: dict[str, tuple[str, str]] = {
@@ -39,7 +40,7 @@ def _print_json(data: Any) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Every plugin found: available or not, and why."""
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     with guard.commands_stdout_kept():  # a plugin's print() must not break `list --json`
         registry = get_registry()
@@ -85,7 +86,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def imported_vendor_modules() -> list[str]:
     """The devices' vendor modules (``DeviceSpec.vendor_modules``) this process has imported."""
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     registry = get_registry()
     declared = {m for name in registry.names() for m in registry.get(name).spec.vendor_modules}
@@ -94,10 +95,11 @@ def imported_vendor_modules() -> list[str]:
 
 def environment_info() -> dict[str, Any]:
     """Versions and imported vendor modules, for ``info`` and bug reports."""
-    from anydevice import __version__, detect
+    from anydevice.release import VERSION
+    from anydevice.contract import detect
 
     return {
-        "anydevice": __version__,
+        "anydevice": VERSION,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": detect.torch_version(),
@@ -108,9 +110,9 @@ def environment_info() -> dict[str, Any]:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """What ANYDEVICE selects here, with versions."""
-    from anydevice.backend import current
     from anydevice.capabilities import capabilities, render
-    from anydevice.registry import get_registry
+    from anydevice.runtime.backend import current
+    from anydevice.runtime.registry import get_registry
 
     with guard.commands_stdout_kept():  # a plugin's print() must not break `info --json`
         backend = current(announce=False)
@@ -146,7 +148,7 @@ def _delegate(name: str) -> Callable[[list[str]], int]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser: ``list`` and ``info`` here, the other subcommands in their own modules."""
-    from anydevice import __version__
+    from anydevice.release import VERSION
 
     formatter = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(
@@ -156,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         "2 usage or selection error, 130 interrupted.",
         formatter_class=formatter,
     )
-    parser.add_argument("--version", action="version", version=f"anydevice {__version__}", help="print the version and exit")
+    parser.add_argument("--version", action="version", version=f"anydevice {VERSION}", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p_list = sub.add_parser("list", help="every plugin found: available or not, and why", formatter_class=formatter)
     p_list.add_argument("--json", action="store_true", help="print the devices and broken plugins as JSON for tools")
@@ -190,7 +192,7 @@ def _main(argv: list[str]) -> int:
         if not argv:  # bare `anydevice`: the help, as a usage error (click, git)
             build_parser().print_help(sys.stderr)
             return 2
-        from anydevice import autoload
+        from anydevice.runtime import autoload
 
         settings.validate()  # every setting's range, before anything reads one
         with guard.commands_stdout_kept():  # loads the plugins: what they print goes to stderr

@@ -35,14 +35,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
-from anydevice import autoload, detect, guard, settings, slurm_env, versions
+from anydevice import settings
 from anydevice.cli.doctor_serving import check_serving
 from anydevice.cli.progress import Progress
-from anydevice.diagnosis import Check, DoctorContext, Status
+from anydevice.contract import detect, versions
+from anydevice.contract.diagnosis import Check, DoctorContext, Status
+from anydevice.distributed import slurm as slurm_env
 from anydevice.errors import AnyDeviceError, DeviceUnavailableError
-from anydevice.registry import Registry, get_registry
-from anydevice.selection import parse, resolve
-from anydevice.untrusted import clean
+from anydevice.runtime import autoload, guard
+from anydevice.runtime.registry import Registry, get_registry
+from anydevice.runtime.selection import parse, resolve
+from anydevice.runtime.untrusted import clean
 
 __all__ = ["Check", "Context", "DoctorContext", "Status", "main", "render", "run_checks"]
 
@@ -70,7 +73,10 @@ def check_torch(ctx: Context) -> list[Check]:
 
 
 def check_torch_support(ctx: Context) -> list[Check]:
-    """Is torch within anydevice's range (``anydevice.versions.TORCH_MINORS``)? Which devices ran on it is the matrix's page."""
+    """Is torch within anydevice's range (``anydevice.contract.versions.TORCH_MINORS``)?
+
+    Which devices ran on it is the matrix's page.
+    """
     installed = detect.torch_version()
     if installed is None:
         return []
@@ -214,7 +220,7 @@ def check_plugin_settings(ctx: Context) -> list[Check]:
     """Every plugin's own checks (``anydevice_doctor_checks``), guarded; a plugin whose hook fails is named.
 
     A third-party plugin's hook runs under the deadline; what it returns must be a list of
-    :class:`Check`, and its text is cleaned (:func:`anydevice.untrusted.clean`) before it is shown.
+    :class:`Check`, and its text is cleaned (:func:`anydevice.runtime.untrusted.clean`) before it is shown.
     """
     checks: list[Check] = []
     registry = _registry(ctx)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from importlib import metadata
 
-from anydevice import detect, settings, versions
-from anydevice.device_spec import Devices, Serving
-from anydevice.diagnosis import Check, DoctorContext
+from anydevice import settings
+from anydevice.contract import detect, versions
+from anydevice.contract.device_spec import Devices, Serving
+from anydevice.contract.diagnosis import Check, DoctorContext
 from anydevice.errors import AnyDeviceError
 from anydevice.integrations import _serving
 from anydevice.integrations._serving import VLLM, Engine

@@ -54,15 +54,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from anydevice import autoload, settings, slurm_env
+from anydevice import settings
 from anydevice.cli import launch_args, lifeline, rank_start
 from anydevice.cli.launch_args import build_parser  # noqa: F401 - where callers of 0.2 found it
+from anydevice.distributed import slurm as slurm_env
 from anydevice.errors import DistributedError, UsageError
+from anydevice.runtime import autoload
 
 if TYPE_CHECKING:
-    from anydevice.backend import Backend
-    from anydevice.device_spec import Detection, DeviceSpec
-    from anydevice.registry import Registry
+    from anydevice.contract.device_spec import Detection, DeviceSpec
+    from anydevice.runtime.backend import Backend
+    from anydevice.runtime.registry import Registry
 
 # A rank's interpreter runs this first: sys.path[0] becomes what `python script.py` / `python -m` would
 # give (argv[3]) before anything is imported, so no module in the working directory shadows one anydevice
@@ -303,9 +305,9 @@ class _Selected:
 
 def _select(args: argparse.Namespace) -> _Selected:
     """Check the options and resolve the device by cheap detection: no torch, no shims (the one resolution)."""
-    from anydevice.backend import requested
-    from anydevice.registry import get_registry
-    from anydevice.selection import resolve
+    from anydevice.runtime.backend import requested
+    from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.selection import resolve
 
     limits = (("-n", args.nproc_per_node, 1), ("--nnodes", args.nnodes, 1), ("--max-restarts", args.max_restarts, 0))
     for name, value, low in limits:
@@ -340,7 +342,7 @@ def _select(args: argparse.Namespace) -> _Selected:
 
 
 def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend, str]:
-    from anydevice.backend import load_backend
+    from anydevice.runtime.backend import load_backend
 
     command = getattr(args, "command", None)
     module = getattr(args, "module", None)
@@ -368,8 +370,8 @@ def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend, str]:
 
 def _guarded(registry: Registry, device: str, stage: str, call: Callable[[], Any]) -> Any:
     """``call`` (the plugin's code) under the registry's guard; a plugin's failure is a PluginError naming it."""
-    from anydevice import guard
     from anydevice.errors import AnyDeviceError, PluginError
+    from anydevice.runtime import guard
 
     plugin = registry.get(device).plugin
     try:

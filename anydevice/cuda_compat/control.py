@@ -20,9 +20,9 @@ def enable() -> bool:
     global _active, _exit_registered
     if _active is not None:
         return True
-    from anydevice.backend import current
+    from anydevice.api import device_module
     from anydevice.cuda_compat.install import install, summary
-    from anydevice.device_module import device_module
+    from anydevice.runtime.backend import current
 
     backend = current()
     _active = install(backend, device_module())

@@ -12,7 +12,7 @@ from anydevice.cuda_compat.redirect import CUDA, Redirect
 from anydevice.cuda_compat.scope import ImportHook, installed_hook
 
 if TYPE_CHECKING:
-    from anydevice.backend import Backend
+    from anydevice.runtime.backend import Backend
 
 
 def install(backend: Backend, device_module: Any) -> Redirect | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from anydevice.errors import AnyDeviceError
-from anydevice.safe_files import write_json
+from anydevice.files.safe_files import write_json
 
 REDIRECTED = "redirected"
 NEUTRAL = "answered neutrally"

@@ -32,7 +32,7 @@ from anydevice.cuda_compat.patches import Patches
 from anydevice.cuda_compat.scope import INTERNAL_PACKAGES, Scope
 
 if TYPE_CHECKING:
-    from anydevice.backend import Backend
+    from anydevice.runtime.backend import Backend
 
 FACTORIES = (
     "tensor", "as_tensor", "asarray", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",

@@ -76,7 +76,7 @@ def install_pinned_memory(r: Redirect) -> None:
 
 def install_optimizers(r: Redirect) -> None:
     """Fused options the device rejects are dropped; lazy devices get a step boundary per optimizer step."""
-    from anydevice import optimizers
+    from anydevice.runtime import optimizers
 
     for cls in vars(torch.optim).values():
         if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)) or "__init__" not in vars(cls):

@@ -104,7 +104,7 @@ def export(
 
     import torch
 
-    from anydevice.saving import on_main_rank
+    from anydevice.checkpoint.saving import on_main_rank
 
     module = host_copy(model)
     described: list[ExportedModel] = []
@@ -181,6 +181,6 @@ def _check_destination(path: Path) -> Path:
 
 def _publish(path: Path, content: bytes) -> None:
     """Write ``content`` to ``path`` the project's safe way: a locked temporary, fsync, one rename."""
-    from anydevice.saving import write_safely
+    from anydevice.checkpoint.saving import write_safely
 
     write_safely(path, lambda handle: handle.write(content), accepts=_is_tflite)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from anydevice.backend import Backend
+    from anydevice.runtime.backend import Backend
 
 LAUNCH_ENV_PROVIDERS: tuple[str, ...] = (
     "anydevice.integrations._hf",

@@ -18,9 +18,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from anydevice.backend import Backend
+    from anydevice.runtime.backend import Backend
 
-from anydevice.optimizers import fused_optimizer_supported as fused_optimizer_supported
+from anydevice.runtime.optimizers import fused_optimizer_supported as fused_optimizer_supported
 
 WATCHED = ("transformers", "accelerate", "diffusers")
 """Libraries that read :func:`environment` at import: too late once one of them is imported."""
@@ -45,7 +45,7 @@ def environment(backend: Backend | None = None) -> dict[str, str]:
     plugin's ``prepare_environment``); the host CPU (``Placement.host``) needs ``ACCELERATE_USE_CPU=1`` (else
     Accelerate runs no process group on it); any other device is native torch, even where torch_xla is installed.
     """
-    from anydevice.backend import current
+    from anydevice.runtime.backend import current
 
     placement = (backend or current()).shims.placement
     return {
@@ -112,7 +112,7 @@ def auto_device_map() -> str | dict[str, str]:
     (:func:`accelerate_spreads`). Anywhere else Accelerate would pick the CPU or every rank's device 0.
     """
     from anydevice import distributed
-    from anydevice.backend import current
+    from anydevice.runtime.backend import current
 
     backend = current()
     placement = backend.shims.placement

@@ -17,11 +17,11 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 from anydevice import settings
-from anydevice.device_spec import Serving
+from anydevice.contract.device_spec import Serving
 from anydevice.errors import AnyDeviceError, DeviceUnavailableError
 
 if TYPE_CHECKING:
-    from anydevice.device_spec import Devices
+    from anydevice.contract.device_spec import Devices
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ def resolve_device(selection: str, engine: Engine | None = None) -> tuple[str, s
     plugin's serving declaration says the engine can drive it here (``Serving.available``: libtpu
     without TorchTPU or torch_xla).
     """
-    from anydevice.registry import get_registry
-    from anydevice.selection import resolve
+    from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.selection import resolve
 
     registry = get_registry()
     try:
@@ -88,8 +88,8 @@ def resolve_device(selection: str, engine: Engine | None = None) -> tuple[str, s
 
 def _named_device(selection: str) -> str | None:
     """The canonical device ``selection`` names alone (``tpu``, ``tpu:0``), None for lists, ``auto`` or unknown names."""
-    from anydevice.registry import get_registry
-    from anydevice.selection import parse
+    from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.selection import parse
 
     items = parse(selection).items
     return get_registry().canonical(items[0].name) if len(items) == 1 else None
@@ -102,7 +102,7 @@ def visible_env(engine: Engine, selection: str, device: str) -> dict[str, str]:
     The index counts within what is visible already (``CUDA_VISIBLE_DEVICES=2,3`` and ``cuda:1``: 3);
     ``ANYDEVICE`` becomes ``device:0`` so that the engine's children, which see that one device, agree.
     """
-    from anydevice.selection import parse
+    from anydevice.runtime.selection import parse
 
     items = parse(selection).items
     variable = declared_serving(engine, device).visible_devices
@@ -121,7 +121,7 @@ def visible_env(engine: Engine, selection: str, device: str) -> dict[str, str]:
 
 def available_devices() -> list[str]:
     """The devices anydevice finds usable here (for error messages)."""
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     return get_registry().available()
 
@@ -151,7 +151,7 @@ def platform_entry_points(engine: Engine) -> dict[str, metadata.EntryPoint]:
 
 def declared_serving(engine: Engine, device: str, registry: Devices | None = None) -> Serving:
     """What the device's plugin declares for the engine (``DeviceSpec.serving``); undeclared: a plugin named like the device."""
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     spec = (registry or get_registry()).spec(device)
     declared: Serving | None = getattr(spec, "serving", {}).get(engine.name)

@@ -27,8 +27,9 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from anydevice import autoload, settings
+from anydevice import settings
 from anydevice.errors import DistributedError, UnsupportedFeatureError
+from anydevice.runtime import autoload
 
 if TYPE_CHECKING:
     from ray.train import RunConfig, ScalingConfig
@@ -51,9 +52,9 @@ def _ray() -> Any:
 
 def resolve_device(device: str | None = None) -> str:
     """The device the workers will use: a named device by its name alone, ``auto``/lists by detection here."""
-    from anydevice.backend import requested
-    from anydevice.registry import get_registry
-    from anydevice.selection import parse, resolve
+    from anydevice.runtime.backend import requested
+    from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.selection import parse, resolve
 
     text = device or requested()
     request = parse(text)
@@ -68,7 +69,7 @@ def resolve_device(device: str | None = None) -> str:
 
 def worker_resource(device: str) -> str | None:
     """The Ray resource one worker of ``device`` needs (its plugin's ``DeviceSpec.hardware.ray_resource``), or None."""
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     registry = get_registry()
     name = registry.canonical(device.partition(":")[0])
@@ -101,7 +102,7 @@ def scaling_config(num_workers: int, device: str | None = None, per_worker: floa
 def worker_env(device: str | None = None) -> dict[str, str]:
     """The environment every worker gets: ``ANYDEVICE``, forwarded settings, and autoload off where not needed."""
     name = resolve_device(device)
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     registry = get_registry()
     canonical = registry.canonical(name.partition(":")[0])

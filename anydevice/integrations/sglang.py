@@ -37,7 +37,7 @@ from anydevice.integrations import _serving
 from anydevice.integrations._serving import SGLANG, Decision
 
 if TYPE_CHECKING:
-    from anydevice.backend import Backend
+    from anydevice.runtime.backend import Backend
 
 log = logging.getLogger("sglang.anydevice")
 

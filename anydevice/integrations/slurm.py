@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anydevice import settings
+from anydevice.distributed.slurm import PORT_BASE, PORT_SPAN
 from anydevice.errors import DistributedError, UnsupportedFeatureError
-from anydevice.slurm_env import PORT_BASE, PORT_SPAN
 
 if TYPE_CHECKING:
     import submitit

@@ -43,7 +43,7 @@ from anydevice.integrations import _serving
 from anydevice.integrations._serving import VLLM, Decision
 
 if TYPE_CHECKING:
-    from anydevice.backend import Backend
+    from anydevice.runtime.backend import Backend
 
 log = logging.getLogger("vllm.anydevice")  # a child of vLLM's logger: our lines appear where vLLM logs
 

@@ -35,10 +35,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from anydevice import detect as detection
-from anydevice import settings, versions
-from anydevice.check_facts import ALL_DTYPES, FP8, NO_DOUBLE, CheckFacts, GiB, OpTable
-from anydevice.device_spec import (
+from anydevice import settings
+from anydevice.contract import detect as detection
+from anydevice.contract import versions
+from anydevice.contract.check_facts import ALL_DTYPES, FP8, NO_DOUBLE, CheckFacts, GiB, OpTable
+from anydevice.contract.device_spec import (
     DEFAULT_PRIORITY,
     NAME_PATTERN,
     PRIORITY_RANGE,
@@ -50,8 +51,9 @@ from anydevice.device_spec import (
     Problem,
     Serving,
 )
-from anydevice.diagnosis import Check, DoctorContext, Status
-from anydevice.hookspecs import anydevice_doctor_checks, anydevice_register_devices, anydevice_register_probes, hookimpl
+from anydevice.contract.diagnosis import Check, DoctorContext, Status
+from anydevice.contract.hookspecs import anydevice_doctor_checks, anydevice_register_devices, anydevice_register_probes, hookimpl
+from anydevice.contract.versions import PairRule, check_pair
 from anydevice.settings import Setting, local_rank, rank, world_size
 from anydevice.shims import lazy_xla
 from anydevice.shims.contracts import (
@@ -69,7 +71,6 @@ from anydevice.shims.contracts import (
     torch_device_module,
 )
 from anydevice.shims.lazy_xla import XlaVendor, xla_shims
-from anydevice.versions import PairRule, check_pair
 
 if TYPE_CHECKING:
     from anydevice.shims.eager import CollectivesTable, CompileTable, EagerVendor, PlacementTable, ProfilingTable, eager_shims

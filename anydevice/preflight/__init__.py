@@ -1,7 +1,7 @@
 """ "Will it run on X?": ``anydevice check`` and ``ad.check()``, a static analysis on the CPU, not a run.
 
 Runs the model (or the user's script, in a child process) for a few steps on the CPU, then judges, per
-target device, what its plugin declares (:class:`~anydevice.check_facts.CheckFacts`) against what was
+target device, what its plugin declares (:class:`~anydevice.contract.check_facts.CheckFacts`) against what was
 seen: graph breaks, input signatures (compiles on static-shape targets), the op inventory (native / CPU
 fallback / unsupported), dtypes, CUDA-only calls, world size against whole slices, and memory against
 the chip's. The target is never needed here. Schema: :mod:`anydevice.preflight.schema`; docs/check.md.
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 def targets_of(target: str | Sequence[str]) -> list[str]:
     """Canonical device names for ``target`` (``"tpu,neuron"`` or a list); an unknown name raises ``UnknownDeviceError``."""
-    from anydevice.registry import get_registry
-    from anydevice.selection import _canonical_or_raise
+    from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.selection import _canonical_or_raise
 
     names = [t.strip() for t in (target.split(",") if isinstance(target, str) else target) if t.strip()]
     if not names:
@@ -38,11 +38,11 @@ def report(observation: Observation, targets: Sequence[str], script: str | None 
     """Judge ``observation`` for every target (canonical names) and validate the result against the schema."""
     from anydevice.preflight.judge import judge
     from anydevice.preflight.schema import Report
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     registry = get_registry()
     reports = [judge(t, registry.get(t).spec.check, observation) for t in targets]
-    from anydevice.detect import version_of
+    from anydevice.contract.detect import version_of
 
     observation.versions.setdefault("anydevice", version_of("anydevice") or "unknown")
     result = Report(script=script, observation=observation, targets=reports, ok=all(r.verdict == "runs" for r in reports))

@@ -12,7 +12,7 @@ import importlib
 import importlib.util
 from typing import Any
 
-from anydevice.check_facts import CheckFacts
+from anydevice.contract.check_facts import CheckFacts
 from anydevice.preflight.observe import DATA_DEPENDENT
 from anydevice.preflight.schema import Finding, Observation, OpStatus, OpVerdict, Severity, TargetReport, Verdict
 

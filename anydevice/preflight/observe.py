@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from anydevice.preflight.schema import Capture, GraphBreak, Memory, Observation, OpUse, Signature
-from anydevice.strict import user_line
+from anydevice.runtime.strict import user_line
 
 DATA_DEPENDENT = frozenset(
     {

@@ -6,10 +6,10 @@ import json
 from collections.abc import Callable
 
 import anydevice as ad
-from anydevice.check_facts import DEFAULT_FACTS
-from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.hookspecs import hookimpl
-from anydevice.registry import Registry, get_registry, reset_registry
+from anydevice.contract.check_facts import DEFAULT_FACTS
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
+from anydevice.runtime.registry import Registry, get_registry, reset_registry
 from tests.utils import anydevice_cli
 
 

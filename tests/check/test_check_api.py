@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 import anydevice as ad
-from anydevice.check_facts import NO_DOUBLE, CheckFacts, OpTable
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.contract.check_facts import NO_DOUBLE, CheckFacts, OpTable
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 from anydevice.errors import UnknownDeviceError
-from anydevice.hookspecs import hookimpl
-from anydevice.registry import Registry, reset_registry
+from anydevice.runtime.registry import Registry, reset_registry
 
 torch = pytest.importorskip("torch")
 MiB = 1 << 20
@@ -45,7 +45,7 @@ def _no_load() -> Any:
 
 @pytest.fixture(autouse=True)
 def tiny_registry(clean_anydevice: None) -> Iterator[None]:
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     builtin = get_registry()
     plugins = [(name, builtin.pm.get_plugin(name), "anydevice") for name in ("tpu", "cpu")]

@@ -7,12 +7,12 @@ from collections.abc import Callable
 import pytest
 
 import anydevice as ad
-from anydevice import strict
-from anydevice.check_facts import CheckFacts
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.contract.check_facts import CheckFacts
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 from anydevice.errors import AnyDeviceError, UnsupportedFeatureError
-from anydevice.hookspecs import hookimpl
-from anydevice.registry import Registry, reset_registry
+from anydevice.runtime import strict
+from anydevice.runtime.registry import Registry, reset_registry
 from tests.utils import anydevice_cli
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from anydevice.compat_matrix import catalog
 from anydevice.compat_matrix.probe import GROUPS, Probe
-from anydevice.hookspecs import hookimpl
-from anydevice.registry import Registry, reset_registry
+from anydevice.contract.hookspecs import hookimpl
+from anydevice.runtime.registry import Registry, reset_registry
 
 
 def _noop(ctx: object) -> None:

@@ -12,7 +12,7 @@ from anydevice.compat_matrix import catalog, claims
 from anydevice.compat_matrix.page import build_site
 from anydevice.compat_matrix.runner import _assemble, _State
 from anydevice.compat_matrix.schema import Claim, Status
-from anydevice.registry import get_registry
+from anydevice.runtime.registry import get_registry
 from tests.compat_matrix.builders import FIXTURES, result
 
 UNSUPPORTED = Claim(supported=False, reason="not offered here.")

@@ -23,7 +23,7 @@ from anydevice.compat_matrix.versions_table import (
     plugin_versions,
     support_at,
 )
-from anydevice.versions import TORCH_MINORS
+from anydevice.contract.versions import TORCH_MINORS
 from tests.utils import REPO, run
 
 RESULTS = sorted((REPO / "compat_matrix" / "results").glob("*.json"))

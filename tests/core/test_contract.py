@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from anydevice.device_spec import DeviceSpec, Hardware, Launch
+from anydevice.contract.device_spec import DeviceSpec, Hardware, Launch
 from anydevice.plugins import cpu, cuda, tpu, xla
-from anydevice.registry import Registry
+from anydevice.runtime.registry import Registry
 
 
 def registry_of(*modules: object) -> Registry:
@@ -48,7 +48,7 @@ def test_vendor_variables_are_declared_by_their_plugins() -> None:
     assert cuda.CUDA_VISIBLE_DEVICES.name in registry_of(cuda).get("cuda").spec.environment
     assert "PJRT_DEVICE" in registry_of(xla).get("xla").spec.environment
     assert not hasattr(settings, "PJRT_DEVICE") and not hasattr(settings, "CUDA_VISIBLE_DEVICES")
-    from anydevice.registry import builtin_plugin_settings
+    from anydevice.runtime.registry import builtin_plugin_settings
 
     table = settings.markdown_table(builtin_plugin_settings())
     assert table.count("`PJRT_DEVICE`") == 1  # declared by xla, tpu and neuron: listed once

@@ -19,7 +19,7 @@ def test_readme_settings_table_is_current() -> None:
 
 def test_every_setting_is_in_the_readme() -> None:
     readme = (REPO / "README.md").read_text()
-    from anydevice.registry import builtin_plugin_settings
+    from anydevice.runtime.registry import builtin_plugin_settings
 
     declared = (*settings.ALL, *builtin_plugin_settings())
     assert {"PJRT_DEVICE", "CUDA_VISIBLE_DEVICES"} <= {s.name for s in declared}  # vendors' variables, from their plugins
@@ -37,7 +37,7 @@ def test_readme_starts_with_the_two_commands() -> None:
 def test_every_hook_and_shim_method_is_documented() -> None:
     import inspect
 
-    from anydevice import hookspecs
+    from anydevice.contract import hookspecs
     from anydevice.shims import contracts
 
     hooks = [f for name, f in vars(hookspecs).items() if name.startswith("anydevice_") and callable(f)]

@@ -22,7 +22,7 @@ def test_import_anydevice_imports_no_torch_and_no_vendor_module() -> None:
 
 
 def test_listing_plugins_imports_no_vendor_module() -> None:
-    code = "from anydevice.registry import get_registry\nr = get_registry()\n[r.detect(n) for n in r.names()]"
+    code = "from anydevice.runtime.registry import get_registry\nr = get_registry()\n[r.detect(n) for n in r.names()]"
     loaded = _imported_after(code, env={"ANYDEVICE_PLUGINS": "cpu,tpu,neuron,xla,mps"})
     assert not {"torch", "torch_xla", "torch_tpu", "torch_neuronx"} & set(loaded)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -152,9 +153,11 @@ def test_plugins_do_not_import_each_other() -> None:
 
 
 def test_shims_hold_only_shim_code() -> None:
-    """Detection and version helpers are core (``anydevice.detect``, ``anydevice.versions``), not shims."""
+    """Detection and version helpers are core (``anydevice.contract.detect``, ``anydevice.contract.versions``), not shims."""
     assert not (REPO / "shims" / "detect.py").exists() and not (REPO / "shims" / "versions.py").exists()
-    assert (REPO / "anydevice" / "detect.py").is_file() and (REPO / "anydevice" / "versions.py").is_file()
+    assert (REPO / "anydevice" / "contract" / "detect.py").is_file() and (
+        REPO / "anydevice" / "contract" / "versions.py"
+    ).is_file()
 
 
 def test_the_contract_declares_what_core_and_the_matrix_call() -> None:
@@ -178,62 +181,163 @@ def test_the_contract_declares_what_core_and_the_matrix_call() -> None:
     assert not re.search(r"getattr\([^)]*(shims|collectives|placement|profiling|compilation)[^)]*,", sources)
 
 
-# -- imports point one way --------------------------------------------------------------------------
-SHIM_CONTRACT = "anydevice.shims.contracts"
-PLUGIN_API = ("anydevice.plugin", "anydevice.errors")
-"""All a plugin may import of anydevice: the one door and the error types (docs/plugins.md)."""
-BUILT_ON_SHIMS = ("anydevice/plugin/", "anydevice/cuda_compat")
-"""Layers of ``anydevice/`` built on the shared shim implementations (docs/architecture.md): the plugin API,
-which re-exports them (the contract layer, with ``shims/``), and the cuda-compat feature. The rest of core
-reaches the shims only through the contract."""
+# -- imports point one way: the table in docs/architecture.md -------------------------------------
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+PACKAGES = {
+    "anydevice": "anydevice",
+    "shims": "anydevice.shims",
+    "plugins": "anydevice.plugins",
+    "compat_matrix": "anydevice.compat_matrix",
+}
+"""Source folder -> import name (pyproject's package-dir)."""
 
 
-def layering_violations(folder: str, root: Path = REPO) -> list[str]:
-    """Every import in ``folder`` that points the wrong way, ``file:line: module (rule)``; no allow-list."""
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    modules: tuple[str, ...]
+    may_import: tuple[str, ...]
+    """Layer names and module names (backticked in the table)."""
+
+
+def read_layers(text: str) -> list[Layer]:
+    """The rows between ``<!-- layers:begin`` and ``<!-- layers:end -->`` of docs/architecture.md."""
+    block = text.split("<!-- layers:begin", 1)[1].split("<!-- layers:end -->", 1)[0]
+    layers = []
+    for line in block.splitlines()[1:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("Layer", "---"):
+            continue
+        modules = tuple(re.findall(r"`([\w.]+)`", cells[1]))
+        words = re.sub(r"`[^`]*`", "", cells[2])
+        names = tuple(w for w in re.findall(r"[\w-]+", words) if w in LAYER_WORDS)
+        layers.append(Layer(cells[0], modules, (*names, *re.findall(r"`([\w.]+)`", cells[2]))))
+    return layers
+
+
+LAYER_WORDS = {"leaves", "contract", "plugins", "files", "runtime", "features", "tools", "matrix", "package"}
+
+
+def module_name(path: Path) -> str:
+    """The import name of a source file: ``shims/eager.py`` is ``anydevice.shims.eager``."""
+    rel = relative(path).removesuffix(".py").split("/")
+    name = ".".join([PACKAGES[rel[0]], *rel[1:]])
+    return name.removesuffix(".__init__")
+
+
+def layer_of(module: str, layers: list[Layer]) -> Layer | None:
+    """The layer whose module is the longest prefix of ``module`` (the package ``anydevice`` only matches itself)."""
+    best: tuple[int, Layer] | None = None
+    for layer in layers:
+        for prefix in layer.modules:
+            exact = prefix == "anydevice"
+            if module == prefix or (not exact and module.startswith(prefix + ".")):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), layer)
+    return best[1] if best else None
+
+
+def allowed(importer: Layer, module: str, layers: list[Layer]) -> bool:
+    target = layer_of(module, layers)
+    if target is None and module.startswith("anydevice.") and module.count(".") >= 1:
+        # ``from anydevice.x import name`` also yields ``anydevice.x.name``: judge its module
+        target = layer_of(module.rsplit(".", 1)[0], layers)
+    if target is not None and (target is importer or target.name in importer.may_import):
+        return True
+    return any(module == m or module.startswith(m + ".") for m in importer.may_import if "." in m)
+
+
+def layering_violations(folder: str, root: Path = REPO, layers: list[Layer] | None = None) -> list[str]:
+    """Every import in ``folder`` that the table does not allow, ``file:line: module (rule)``; no allow-list."""
+    layers = layers if layers is not None else read_layers(ARCHITECTURE.read_text())
     found = []
     for path in python_files(folder, root):
-        rel = relative(path)
+        rel, name = relative(path), module_name(path)
+        importer = layer_of(name, layers)
+        if importer is None:
+            found.append(f"{rel}: {name} is in no layer (add it to the table in docs/architecture.md)")
+            continue
         for line, module in imported_modules(path):
-            if folder == "shims" and (module == "anydevice.cli" or module.startswith("anydevice.cli.")):
-                found.append(f"{rel}:{line}: {module} (shims never import the command-line tools)")
-            implementation = module.startswith("anydevice.shims.") and module.split(".")[:3] != SHIM_CONTRACT.split(".")
-            if folder == "anydevice" and implementation and not rel.startswith(BUILT_ON_SHIMS):
-                found.append(f"{rel}:{line}: {module} (core reaches shims only through {SHIM_CONTRACT})")
-            ours = module.startswith("anydevice") and module.split(".")[:2] != ["anydevice", "plugins"]
-            if folder == "plugins" and ours and not any(module == m or module.startswith(m + ".") for m in PLUGIN_API):
-                found.append(f"{rel}:{line}: {module} (plugins import only {' and '.join(PLUGIN_API)})")
+            if module == "anydevice" or not module.startswith("anydevice."):
+                continue
+            if not allowed(importer, module, layers):
+                found.append(f"{rel}:{line}: {module} ({importer.name} may import only {', '.join(importer.may_import)})")
     return found
 
 
-@pytest.mark.parametrize("folder", ["anydevice", "shims", "plugins"])
+def test_the_table_places_every_layer() -> None:
+    layers = read_layers(ARCHITECTURE.read_text())
+    assert {layer.name for layer in layers} == LAYER_WORDS
+    for layer in layers:
+        assert layer.modules, layer
+        assert all(m in LAYER_WORDS or "." in m for m in layer.may_import), layer
+
+
+@pytest.mark.parametrize("folder", ["anydevice", "shims", "plugins", "compat_matrix"])
 def test_imports_point_one_way(folder: str) -> None:
     found = layering_violations(folder)
     assert not found, "\n".join(found)
 
 
-def test_the_import_rule_catches_planted_violations(tmp_path: Path) -> None:
-    """A shim importing the launcher, core importing a shim implementation and a plugin importing past the door."""
-    plant(tmp_path, "shims/_layering_sample.py", "from anydevice.cli.launch import LaunchSpec\n")
-    plant(tmp_path, "anydevice/_layering_sample.py", "def f():\n    from anydevice.shims.common import move\n")
-    plant(
-        tmp_path,
-        "plugins/_layering_sample.py",
-        "from anydevice.plugin import hookimpl\nfrom anydevice.device_spec import DeviceSpec\n",
-    )
-    shims_found, core_found = layering_violations("shims", tmp_path), layering_violations("anydevice", tmp_path)
-    plugins_found = layering_violations("plugins", tmp_path)
-    assert shims_found[0] == "shims/_layering_sample.py:1: anydevice.cli.launch (shims never import the command-line tools)"
-    assert any("_layering_sample.py:2: anydevice.shims.common" in hit for hit in core_found), core_found
-    assert [h.split(" (")[0] for h in plugins_found] == [
-        "plugins/_layering_sample.py:2: anydevice.device_spec",
-        "plugins/_layering_sample.py:2: anydevice.device_spec.DeviceSpec",
+BAD_MODULES = {
+    "shims/_layering_sample.py": "from anydevice.cli.launch import LaunchSpec\n",
+    "anydevice/runtime/_layering_sample.py": "def f():\n    from anydevice.checkpoint import save\n",
+    "anydevice/_layering_sample.py": "import os\n",
+    "anydevice/preflight/_layering_sample.py": "def f():\n    from anydevice.shims.common import move\n",
+    "anydevice/files/_layering_sample.py": "from anydevice.runtime.registry import Registry\n",
+    "compat_matrix/_layering_sample.py": "from anydevice.plugins.cpu import anydevice_register_devices\n",
+    "plugins/_layering_sample.py": "from anydevice.plugin import hookimpl\nfrom anydevice.contract.device_spec import DeviceSpec\n",
+    "anydevice/cli/_layering_sample.py": "from anydevice.compat_matrix import page\n",
+    "anydevice/contract/_layering_sample.py": "from anydevice.distributed import world_size\n",
+}
+
+
+def test_the_import_rules_catch_planted_violations(tmp_path: Path) -> None:
+    """One bad module per rule, planted in a temporary tree laid out like this one (never the source tree)."""
+    for rel, text in BAD_MODULES.items():
+        plant(tmp_path, rel, text)
+    found = [
+        hit
+        for folder in ("anydevice", "shims", "plugins", "compat_matrix")
+        for hit in layering_violations(folder, tmp_path, read_layers(ARCHITECTURE.read_text()))
     ]
+    for rel in BAD_MODULES:
+        assert any(hit.startswith(rel + ":") for hit in found), (rel, found)
+    assert "anydevice/_layering_sample.py: anydevice._layering_sample is in no layer" in " ".join(found)
+    assert "anydevice/runtime/_layering_sample.py:2: anydevice.checkpoint (runtime may import only" in " ".join(found)
+    assert not [hit for hit in found if "_layering_sample" not in hit], found
+
+
+def test_the_table_is_read_not_copied(tmp_path: Path) -> None:
+    """A row changed in the document changes the verdict: allowing files to import the runtime lets the planted module pass."""
+    plant(tmp_path, "anydevice/files/_layering_sample.py", "from anydevice.runtime.registry import Registry\n")
+    text = ARCHITECTURE.read_text().replace(
+        "| files | `anydevice.files` | leaves |", "| files | `anydevice.files` | leaves, runtime |"
+    )
+    assert layering_violations("anydevice", tmp_path, read_layers(ARCHITECTURE.read_text()))
+    assert not layering_violations("anydevice", tmp_path, read_layers(text))
+
+
+def test_no_module_uses_an_old_path() -> None:
+    """The project imports the new paths; ``anydevice/old_paths.py`` serves only users' code."""
+    from anydevice.old_paths import MOVED
+
+    folders = ("anydevice", "shims", "plugins", "compat_matrix", "tests", "examples", "benchmarks")
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {module}"
+        for folder in folders
+        for path in python_files(folder)
+        if path.name != "test_old_paths.py"
+        for line, module in imported_modules(path)
+        if any(module == old or module.startswith(old + ".") for old in MOVED)
+    ]
+    assert not found, "\n".join(found)
 
 
 # -- vendor environment variables live in the plugins that read them ---------------------------------
 def vendor_variables() -> set[str]:
     """The names of every variable a built-in plugin declares (``DeviceSpec.settings``)."""
-    from anydevice.registry import builtin_plugin_settings
+    from anydevice.runtime.registry import builtin_plugin_settings
 
     return {s.name for s in builtin_plugin_settings()}
 

@@ -10,8 +10,8 @@ import pytest
 from anydevice.errors import SelectionError
 from anydevice.plugin import DEFAULT_PRIORITY, Detection, DeviceSpec, hookimpl
 from anydevice.plugins import cpu as cpu_plugin
-from anydevice.registry import Registry
-from anydevice.selection import resolve
+from anydevice.runtime.registry import Registry
+from anydevice.runtime.selection import resolve
 
 
 def third_party(name: str, **fields: int) -> tuple[str, object, str]:

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 from anydevice.errors import (
     AnyDeviceError,
     DeviceUnavailableError,
@@ -16,9 +17,8 @@ from anydevice.errors import (
     UnknownDeviceError,
     VersionMismatchError,
 )
-from anydevice.hookspecs import hookimpl
-from anydevice.registry import Registry
-from anydevice.selection import Item, parse, resolve
+from anydevice.runtime.registry import Registry
+from anydevice.runtime.selection import Item, parse, resolve
 
 
 def _no_load() -> object:

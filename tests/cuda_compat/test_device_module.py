@@ -16,7 +16,7 @@ def dm() -> object:
 
 
 def test_cpu_device_module_answers_the_torch_cuda_surface(dm: object) -> None:
-    from anydevice.device_module import SURFACE
+    from anydevice.shims.cuda_shaped import SURFACE
 
     assert all(callable(getattr(dm, name)) for name in SURFACE)
     assert ad.device_module() is dm  # one object: set_device state is kept

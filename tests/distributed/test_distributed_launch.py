@@ -131,8 +131,8 @@ def test_m_runs_a_package_main(tmp_path):
 
 def test_a_command_gets_the_selection_environment():
     """`anydevice run -- COMMAND`: what ranks get (device, autoload, integrations), one process, its exit status."""
-    from anydevice.backend import select
     from anydevice.integrations import launch_environment
+    from anydevice.runtime.backend import select
 
     show = "import json, os; print(json.dumps(dict(os.environ))); raise SystemExit(3)"
     result = anydevice_run("--cuda-compat", "--", sys.executable, "-c", show, ANYDEVICE="cpu")
@@ -149,7 +149,7 @@ def test_a_command_gets_the_selection_environment():
 
 
 def test_plan_resolves_the_device_once(monkeypatch):
-    import anydevice.selection as selection
+    import anydevice.runtime.selection as selection
     from anydevice.cli.launch import build_parser, plan
 
     calls = []

@@ -10,7 +10,7 @@ ray_train = pytest.importorskip("ray.train", reason="the 'ray' extra is not inst
 
 from anydevice.errors import DistributedError, UnknownDeviceError  # noqa: E402
 from anydevice.integrations import ray as ad_ray  # noqa: E402
-from anydevice.registry import reset_registry  # noqa: E402
+from anydevice.runtime.registry import reset_registry  # noqa: E402
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from anydevice import slurm_env
+from anydevice.distributed import slurm as slurm_env
 from anydevice.errors import DistributedError
 from tests.distributed.helpers import REPO, TRAIN, WORKERS, _env, anydevice_run
 

@@ -220,8 +220,8 @@ def test_every_diagnosis_has_one_shape() -> None:
 
 def test_plugins_judge_their_own_settings_through_the_hook() -> None:
     """PJRT_DEVICE, CUDA_VISIBLE_DEVICES and NEURON_RT_VISIBLE_CORES are judged by the xla, cuda and neuron plugins."""
-    from anydevice.diagnosis import DoctorContext
-    from anydevice.registry import Registry
+    from anydevice.contract.diagnosis import DoctorContext
+    from anydevice.runtime.registry import Registry
 
     registry = Registry()
     registry.load()

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 import anydevice as ad
-from anydevice import publish
 from anydevice.errors import CheckpointError
-from anydevice.safe_place import open_place
+from anydevice.files import publish
+from anydevice.files.safe_place import open_place
 from tests.distributed.helpers import WORKERS, anydevice_run
 from tests.utils import child_env
 
@@ -528,7 +528,9 @@ for step in range(first, first + int(sys.argv[3])):
 @pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "two-rename-fallback"])
 def test_concurrent_directory_savers_to_one_path_end_clean(tmp_path, renameat2):
     env = child_env({"ANYDEVICE": "cpu", "OMP_NUM_THREADS": "1"})
-    script = CHECKPOINT_SAVER if renameat2 else "import anydevice.publish as p\np._libc_renameat2 = False\n" + CHECKPOINT_SAVER
+    script = (
+        CHECKPOINT_SAVER if renameat2 else "import anydevice.files.publish as p\np._libc_renameat2 = False\n" + CHECKPOINT_SAVER
+    )
     savers = [
         subprocess.Popen(
             [sys.executable, "-c", script, str(tmp_path / "c"), start, "8"],

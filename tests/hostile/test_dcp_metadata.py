@@ -17,7 +17,7 @@ import torch.distributed.checkpoint as dcp
 
 import anydevice as ad
 from anydevice.checkpoint import METADATA
-from anydevice.dcp_reading import allowed_classes
+from anydevice.checkpoint.dcp_reading import allowed_classes
 from anydevice.errors import CheckpointError
 
 

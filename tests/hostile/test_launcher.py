@@ -171,7 +171,7 @@ def test_n_above_what_cpu_takes_is_refused_before_planning(n: str, tmp_path: Pat
 
 def test_n_at_the_bound_is_accepted_by_the_check() -> None:
     from anydevice.cli.launch import check_nproc
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     registry = get_registry()
     cpu = registry.get("cpu")

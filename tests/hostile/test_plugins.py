@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from anydevice.device_spec import Detection, DeviceSpec, detection_problems, spec_problems
+from anydevice.contract.device_spec import Detection, DeviceSpec, detection_problems, spec_problems
+from anydevice.contract.hookspecs import hookimpl
 from anydevice.errors import AnyDeviceError
-from anydevice.hookspecs import hookimpl
-from anydevice.registry import Registry
-from anydevice.selection import resolve
+from anydevice.runtime.registry import Registry
+from anydevice.runtime.selection import resolve
 from tests.utils import anydevice_cli, python
 
 FIX = "report this to the maintainers of the '{0}' plugin, or exclude it with ANYDEVICE_PLUGINS"
@@ -319,7 +319,7 @@ def test_info_and_doctor_survive_native_crashes_with_their_own_exit_status(
 
 def test_built_in_plugins_alone_start_no_thread() -> None:
     code = (
-        "import threading; from anydevice.registry import get_registry; r = get_registry(); r.detect_all(); "
+        "import threading; from anydevice.runtime.registry import get_registry; r = get_registry(); r.detect_all(); "
         "print(threading.active_count(), len(r.names()))"
     )
     proc = python("-c", code)
@@ -401,8 +401,8 @@ def test_a_probe_hook_that_exits_is_reported_and_the_catalogue_still_lists(badlo
 
 
 def test_load_returning_the_wrong_type_names_the_plugin_in_process() -> None:
-    from anydevice.backend import select
     from anydevice.errors import PluginError
+    from anydevice.runtime.backend import select
 
     registry = Registry([("third", _plugin(_spec(load=lambda: "shims")), "some-dist")])
     with pytest.raises(PluginError, match=r"Plugin 'third' is broken: load\(\) returned str, not Shims"):
@@ -410,7 +410,7 @@ def test_load_returning_the_wrong_type_names_the_plugin_in_process() -> None:
 
 
 def test_keyboard_interrupt_in_load_is_the_users() -> None:
-    from anydevice.backend import select
+    from anydevice.runtime.backend import select
 
     def interrupted() -> None:
         raise KeyboardInterrupt

@@ -136,8 +136,8 @@ def test_another_users_entry_in_a_shared_cache_dir_is_not_believed(noisy_site: P
 
 
 PLUGIN = """
-from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.hookspecs import hookimpl
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 
 REASON = "edited-plugin answer A"
 

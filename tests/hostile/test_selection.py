@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import anydevice as ad
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 from anydevice.errors import AnyDeviceError, SelectionError, SelectionTypeError
-from anydevice.hookspecs import hookimpl
 from anydevice.plugins import cpu as cpu_plugin
-from anydevice.registry import Registry, reset_registry
-from anydevice.selection import parse
+from anydevice.runtime.registry import Registry, reset_registry
+from anydevice.runtime.selection import parse
 from tests.utils import anydevice_cli
 
 BUILT_IN = "cpu, cuda, mps, neuron, tpu, xla, xpu"

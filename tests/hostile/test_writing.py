@@ -13,7 +13,7 @@ import pytest
 from anydevice.compat_matrix.cli import main
 from anydevice.compat_matrix.schema import dump_run, load_run
 from anydevice.errors import FileAccessError
-from anydevice.safe_files import write_json
+from anydevice.files.safe_files import write_json
 from tests.compat_matrix.builders import result, run
 from tests.hostile.other_user import OTHER, as_other, needs_root
 from tests.utils import anydevice_cli, python

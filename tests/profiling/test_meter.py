@@ -14,7 +14,7 @@ import torch
 
 import anydevice as ad
 from anydevice.meter import StepMeter, flops_per_token_from_config, matmul_params_from_config
-from anydevice.registry import Registry, reset_registry
+from anydevice.runtime.registry import Registry, reset_registry
 from tests.utils import TRAIN, python
 
 

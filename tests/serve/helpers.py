@@ -46,7 +46,7 @@ def launch_environment(device: str, site: Path | None = None) -> dict[str, str]:
     """
     code = (
         "import json, sys\n"
-        "from anydevice.backend import select\n"
+        "from anydevice.runtime.backend import select\n"
         "from anydevice.integrations import launch_environment\n"
         "print(json.dumps(launch_environment(select(sys.argv[1], announce=False))))\n"
     )

@@ -83,8 +83,8 @@ def test_a_chip_index_becomes_tpu_visible_chips_for_the_engine(torchtpu_site: Pa
 def test_doctor_names_the_route_and_the_visible_chip(torchtpu_site: Path) -> None:
     code = (
         "import json\nfrom anydevice.cli.doctor_serving import platform_under_selection\n"
-        "from anydevice.diagnosis import DoctorContext\nfrom anydevice.integrations._serving import VLLM\n"
-        "from anydevice.registry import get_registry\n"
+        "from anydevice.contract.diagnosis import DoctorContext\nfrom anydevice.integrations._serving import VLLM\n"
+        "from anydevice.runtime.registry import get_registry\n"
         "c = platform_under_selection(DoctorContext(get_registry(), 'tpu:1', ['tpu']), VLLM, 'vllm')\n"
         "print(json.dumps([c.status, c.message]))"
     )

@@ -1,10 +1,10 @@
-"""anydevice.autoload: torch's backend autoload is turned off unless the selection may need it."""
+"""anydevice.runtime.autoload: torch's backend autoload is turned off unless the selection may need it."""
 
 from __future__ import annotations
 
 import pytest
 
-from anydevice import autoload
+from anydevice.runtime import autoload
 
 VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 

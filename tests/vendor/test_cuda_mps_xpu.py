@@ -7,7 +7,7 @@ import platform
 import pytest
 import torch
 
-from anydevice import detect as d
+from anydevice.contract import detect as d
 from anydevice.plugins import cuda, mps, xpu
 from anydevice.shims.eager import EagerProfiling, EagerVendor, ProfilingTable
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from anydevice import detect as d
+from anydevice.contract import detect as d
 from tests.utils import anydevice_cli
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from anydevice import detect as d
+from anydevice.contract import detect as d
+from anydevice.contract.versions import PairCheck
 from anydevice.plugins import neuron
-from anydevice.versions import PairCheck
 from tests.support.fake_torch_neuronx import NATIVE, XLA_BASED, install
 from tests.utils import anydevice_cli, python
 
@@ -81,7 +81,7 @@ def test_detection_reads_the_fake_metadata_without_importing_it(fake_native: Pat
 LOAD_NATIVE = """
 import json, os, sys, torch
 from pathlib import Path
-from anydevice import detect as d
+from anydevice.contract import detect as d
 from anydevice.plugins import neuron
 neuron.prepare_environment()
 shims = neuron.load()

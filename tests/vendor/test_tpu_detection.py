@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from anydevice import detect as d
+from anydevice.contract import detect as d
+from anydevice.contract.versions import PairCheck
 from anydevice.plugins import tpu
-from anydevice.versions import PairCheck
 from tests.utils import python
 
 

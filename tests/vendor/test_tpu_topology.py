@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from anydevice.cli.launch import check_nproc
-from anydevice.device_spec import Detection
+from anydevice.contract.device_spec import Detection
 from anydevice.errors import DistributedError
 from anydevice.plugins import tpu
-from anydevice.registry import get_registry
+from anydevice.runtime.registry import get_registry
 
 
 def _check(n: int, chips: list[str], monkeypatch: pytest.MonkeyPatch) -> None:

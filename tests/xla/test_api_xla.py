@@ -173,7 +173,7 @@ def test_distributed_world_of_one_on_the_xla_backend() -> None:
 
 def test_multi_process_is_refused_on_pjrt_cpu() -> None:
     """What `anydevice run` reads (DeviceSpec.launch, no shims needed) refuses a second process on PJRT CPU."""
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     launch = get_registry().get("xla").spec.launch
     assert launch.launcher_name() == "torchrun" and launch.rank_env(0, 1) == {}

@@ -47,8 +47,8 @@ hardware detection (``/dev/neuron*``) and hands everything else to it unchanged.
 fake (``verified_on_hardware=False``).
 """
 
-from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.hookspecs import hookimpl
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 from anydevice.plugins import neuron
 
 

@@ -1,7 +1,7 @@
 """A plugin whose detection raises."""
 
-from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.hookspecs import hookimpl
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 
 
 def detect() -> Detection:

@@ -1,6 +1,6 @@
 """A plugin whose registration hook raises."""
 
-from anydevice.hookspecs import hookimpl
+from anydevice.contract.hookspecs import hookimpl
 
 
 @hookimpl

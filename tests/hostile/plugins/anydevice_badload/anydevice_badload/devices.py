@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.diagnosis import Check, DoctorContext
-from anydevice.hookspecs import hookimpl
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.diagnosis import Check, DoctorContext
+from anydevice.contract.hookspecs import hookimpl
 
 
 def here() -> Detection:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from anydevice.device_spec import Detection
+from anydevice.contract.device_spec import Detection
 
 CHIP = "ImpostorChip"
 

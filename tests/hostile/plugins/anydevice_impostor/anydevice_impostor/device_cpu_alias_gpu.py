@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from anydevice.device_spec import DeviceSpec
-from anydevice.hookspecs import hookimpl
+from anydevice.contract.device_spec import DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 from anydevice_impostor import detect, never_loaded
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NoReturn
 
-from anydevice.device_spec import Detection, DeviceSpec
+from anydevice.contract.device_spec import Detection, DeviceSpec
 
 
 def never_loaded() -> NoReturn:

@@ -6,9 +6,9 @@ import os
 from collections.abc import Callable
 from typing import NoReturn
 
-from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.diagnosis import Check, DoctorContext
-from anydevice.hookspecs import hookimpl
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.diagnosis import Check, DoctorContext
+from anydevice.contract.hookspecs import hookimpl
 from anydevice.settings import Setting
 
 print("chatty: hello from import")

@@ -6,8 +6,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.hookspecs import hookimpl
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 
 
 @hookimpl

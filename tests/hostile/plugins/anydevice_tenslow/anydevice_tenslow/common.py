@@ -6,8 +6,8 @@ import os
 import time
 from collections.abc import Callable
 
-from anydevice.device_spec import Detection, DeviceSpec
-from anydevice.hookspecs import hookimpl
+from anydevice.contract.device_spec import Detection, DeviceSpec
+from anydevice.contract.hookspecs import hookimpl
 
 
 def arrive(module: str) -> None:

@@ -8,11 +8,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from anydevice import guard, settings
+from anydevice import settings
 from anydevice.errors import AnyDeviceError, PluginError, SelectionError
-from anydevice.registry import RegisteredDevice, Registry, get_registry
-from anydevice.selection import AUTO, Choice, parse, resolve
-from anydevice.untrusted import clean
+from anydevice.runtime import guard
+from anydevice.runtime.registry import RegisteredDevice, Registry, get_registry
+from anydevice.runtime.selection import AUTO, Choice, parse, resolve
+from anydevice.runtime.untrusted import clean
 
 if TYPE_CHECKING:
     from anydevice.shims.contracts import Shims
@@ -192,7 +193,7 @@ def use(selection: str, *, strict: bool | None = None) -> Backend:
     of the device raises :class:`~anydevice.errors.CpuFallbackError` at the ``ad.step()`` of that step;
     ``strict=False`` turns it off whatever the variable says; None (the default) leaves it to the variable.
     """
-    from anydevice import strict as strict_mode
+    from anydevice.runtime import strict as strict_mode
 
     if strict is not None:
         strict_mode.set_explicit(bool(strict))
@@ -250,7 +251,7 @@ def current(*, announce: bool = True) -> Backend:
 def reset() -> None:
     """Forget the selection and what was placed (tests, notebooks); the next call selects again."""
     global _explicit, _current, _used_by
-    from anydevice import strict
+    from anydevice.runtime import strict
 
     with _lock:
         _explicit, _current, _used_by = None, None, None

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from anydevice.errors import CheckpointError
-from anydevice.safe_place import Place, save_error
+from anydevice.files.safe_place import Place, save_error
 
 MARKER = ".anydevice-checkpoint"
 """The file every directory checkpoint holds: its writer's lock while it is a temporary, and a sign of whose it is."""

@@ -14,9 +14,10 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from anydevice import settings, slurm_env
-from anydevice.backend import current
+from anydevice import settings
+from anydevice.distributed import slurm as slurm_env
 from anydevice.errors import DistributedError, UnsupportedFeatureError
+from anydevice.runtime.backend import current
 
 if TYPE_CHECKING:
     import torch

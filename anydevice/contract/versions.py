@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Literal
 
-from anydevice.detect import major_minor, torch_version, version_of
+from anydevice.contract.detect import major_minor, torch_version, version_of
 
 PairRule = Literal["lockstep", "requires_dist"]
 """How a vendor package's version relates to torch's: ``lockstep`` (its x.y must equal torch's x.y)

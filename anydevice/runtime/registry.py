@@ -1,12 +1,12 @@
 """The plugin registry: a pluggy ``PluginManager`` fed from the ``anydevice`` entry-point group.
 
 Plugins are loaded once per :class:`Registry`, built-in plugins first. Every call into plugin
-code goes through :meth:`Registry.call` (:func:`anydevice.guard.call`): anything it raises
+code goes through :meth:`Registry.call` (:func:`anydevice.runtime.guard.call`): anything it raises
 (``SystemExit`` included) is caught and reported by plugin and stage, and its ``print()`` goes
 to stderr. Built-in plugins are trusted: their calls run in this thread, without a deadline,
 so a registry of built-ins alone starts no thread. A third-party plugin is untrusted: its
 import, registration hook and detection are first tried in one child process
-(:mod:`anydevice.isolation`, cached), so a hang in C code or a native crash costs one deadline
+(:mod:`anydevice.runtime.isolation`, cached), so a hang in C code or a native crash costs one deadline
 and a report, not the process; the plugins that passed are then imported here under the
 deadline (``ANYDEVICE_DETECT_TIMEOUT``) in a daemon thread, their detections come from the child,
 and their declarations are validated (types, name grammar, ranges) before they are used. A
@@ -28,17 +28,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
-from anydevice import guard, hookspecs, settings
-from anydevice.device_spec import Detection, DeviceSpec, detection_problems, spec_problems
+from anydevice import settings
+from anydevice.contract import hookspecs
+from anydevice.contract.device_spec import Detection, DeviceSpec, detection_problems, spec_problems
 from anydevice.errors import SelectionError
-from anydevice.untrusted import clean, clean_detection
+from anydevice.runtime import guard
+from anydevice.runtime.untrusted import clean, clean_detection
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-    from anydevice import isolation
+    from anydevice.runtime import isolation
 
 ENTRY_POINT_GROUP = "anydevice"
 BUILTIN_DISTRIBUTION = "anydevice"
@@ -165,10 +167,10 @@ class Registry:
                         self._detections[name] = self._checked(entry, outcome.detections[name])
 
     def _vet(self, candidates: list[_Candidate]) -> dict[str, isolation.Outcome]:
-        """Third-party entry points tried in a child process first (:mod:`anydevice.isolation`)."""
+        """Third-party entry points tried in a child process first (:mod:`anydevice.runtime.isolation`)."""
         if not any(c.value is not None for c in candidates):
             return {}
-        from anydevice import isolation  # imported here: only a third-party plugin needs it
+        from anydevice.runtime import isolation  # imported here: only a third-party plugin needs it
 
         plugins = [isolation.Plugin(c.name, c.value, c.distribution, c.version) for c in candidates if c.value is not None]
         steering = {v for entry in self.devices.values() for v in entry.spec.environment}
@@ -179,9 +181,9 @@ class Registry:
         return plugin in self._trusted
 
     def call(self, plugin: str, stage: str, fn: Callable[[], T]) -> T:
-        """Call plugin code guarded (:func:`anydevice.guard.call`); third-party code under the deadline.
+        """Call plugin code guarded (:func:`anydevice.runtime.guard.call`); third-party code under the deadline.
 
-        Raises :class:`~anydevice.guard.PluginCallError` naming the plugin and the stage.
+        Raises :class:`~anydevice.runtime.guard.PluginCallError` naming the plugin and the stage.
         """
         return guard.call(fn, None if self.trusted(plugin) else self.deadline, plugin, stage)
 
@@ -205,7 +207,7 @@ class Registry:
     def _start_imports(self, candidates: list[_Candidate]) -> dict[str, Callable[[], object]]:
         """Start every third-party import at once (each in its thread, each under its own deadline).
 
-        Returns, per plugin, a call that waits for its import: the module, or :class:`~anydevice.guard.PluginCallError`.
+        Returns, per plugin, a call that waits for its import: the module, or :class:`~anydevice.runtime.guard.PluginCallError`.
         """
         deadline = self.deadline
         started: dict[str, Callable[[], object]] = {}
@@ -507,7 +509,7 @@ def _auto_order(device: RegisteredDevice) -> tuple[int, bool, str]:
 
 
 class DevicesView:
-    """:class:`~anydevice.device_spec.Devices` over a :class:`Registry`: names and declarations, nothing to change."""
+    """:class:`~anydevice.contract.device_spec.Devices` over a :class:`Registry`: names and declarations, nothing to change."""
 
     def __init__(self, registry: Registry) -> None:
         self._registry = registry

@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Final, TypeVar, overload
 
 if TYPE_CHECKING:
-    from anydevice.device_spec import Detection
+    from anydevice.contract.device_spec import Detection
 
 LIMIT: Final = 500
 """Characters of one plugin text kept; the rest is replaced by ``… (N more)``."""
@@ -70,7 +70,7 @@ def clean_tree(value: T, limit: int = LIMIT) -> T:
 
 
 def clean_detection(detection: Detection) -> Detection:
-    """A third party's :class:`~anydevice.device_spec.Detection` with every text cleaned."""
+    """A third party's :class:`~anydevice.contract.device_spec.Detection` with every text cleaned."""
     return dataclasses.replace(
         detection,
         reason=clean(detection.reason),

@@ -7,7 +7,7 @@ daemon thread joined with a timeout (a plugin that hangs is abandoned; a daemon 
 blocks interpreter exit). Without a deadline (the built-in plugins, trusted) the call runs in
 the calling thread: no thread is started. A ``KeyboardInterrupt`` is the user's: re-raised.
 What in-process guarding cannot stop (C code holding the GIL, a native crash, ``os._exit``) is
-why third-party detection runs in a child process (:mod:`anydevice.isolation`).
+why third-party detection runs in a child process (:mod:`anydevice.runtime.isolation`).
 Nothing here imports torch.
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from anydevice.device_spec import Detection
+    from anydevice.contract.device_spec import Detection
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ class PluginCallError(Exception):
     """A call into a plugin failed: which plugin, at which stage, and what it did (``error``: one line)."""
 
     def __init__(self, plugin: str, stage: str, cause: BaseException) -> None:
-        from anydevice.untrusted import clean
+        from anydevice.runtime.untrusted import clean
 
         self.plugin, self.stage, self.cause = clean(plugin, 100), stage, cause
         self.error = describe(cause)
@@ -126,7 +126,7 @@ def call(fn: Callable[[], T], timeout: float | None, plugin: str, stage: str) ->
 
 def describe(exc: BaseException) -> str:
     """One line for a plugin's exception: ``sys.exit(3)`` reads as such, not as a bare ``3``."""
-    from anydevice.untrusted import clean
+    from anydevice.runtime.untrusted import clean
 
     if isinstance(exc, SystemExit):
         return f"called sys.exit({clean(repr(exc.code))})"
@@ -152,8 +152,8 @@ def plugin_detection_failure(plugin: str, kind: str, error: str, timeout: float 
     ``called sys.exit(N)``), ``raised``, ``invalid`` (a malformed result) or ``died`` (the
     child process doing the detection crashed or exited; ``error`` says how).
     """
-    from anydevice.device_spec import Detection
-    from anydevice.untrusted import clean
+    from anydevice.contract.device_spec import Detection
+    from anydevice.runtime.untrusted import clean
 
     plugin, error = clean(plugin, 100), clean(error)
     fix = plugin_fix(plugin)

@@ -14,8 +14,8 @@ from collections.abc import MutableMapping
 
 from anydevice import settings
 from anydevice.errors import SelectionError
-from anydevice.registry import Registry, get_registry
-from anydevice.selection import parse
+from anydevice.runtime.registry import Registry, get_registry
+from anydevice.runtime.selection import parse
 
 
 def needs_autoload(selection: str, registry: Registry | None = None) -> bool:

@@ -17,7 +17,7 @@ import re
 import weakref
 from dataclasses import dataclass, field
 
-from anydevice.device_spec import Detection, is_valid_name
+from anydevice.contract.device_spec import Detection, is_valid_name
 from anydevice.errors import (
     DeviceUnavailableError,
     NoDeviceAvailableError,
@@ -26,8 +26,8 @@ from anydevice.errors import (
     UnknownDeviceError,
     VersionMismatchError,
 )
-from anydevice.registry import Registry
-from anydevice.untrusted import clean
+from anydevice.runtime.registry import Registry
+from anydevice.runtime.untrusted import clean
 
 AUTO = "auto"
 _INDEX = re.compile(r"[0-9]+", flags=re.ASCII)  # str.isdigit() also takes '²' and '١' (Arabic-Indic one)

@@ -139,7 +139,7 @@ def open_place(path: Path, *, make_parents: bool = True, shown: Path | None = No
 def open_parent(path: Path, *, make_parents: bool = True, shown: Path | None = None) -> Place:
     """Open the directory that will hold ``path`` as :func:`open_place` does, never following the final name.
 
-    For files anydevice replaces rather than updates (:mod:`anydevice.safe_files`): a link in the
+    For files anydevice replaces rather than updates (:mod:`anydevice.files.safe_files`): a link in the
     final name is the caller's to judge, not a path to walk.
     """
     return _open_parent(path, make_parents, shown or path)[0]

@@ -1,26 +1,34 @@
-"""``ad.device_module()``: a ``torch.cuda``-shaped module for the selected device.
+"""The ``torch.cuda``-shaped module (``ad.device_module()``): its surface, the :class:`DeviceModule`
+built on a placement, and the factories the eager and lazy XLA placements call.
 
 Frameworks written against ``torch.cuda`` (torchtitan's ``device_module``, tutorial code) call a
-handful of functions: :data:`SURFACE`, plus ``Stream``/``Event`` where the device has them. Where
-``torch.<device>`` already has that whole surface (cuda, xpu) the selected shims return that module
-itself; elsewhere they build a :class:`DeviceModule` on their placement. What a device lacks raises
-:class:`~anydevice.errors.UnsupportedDeviceFunctionError` naming the function and the device, never
-a made-up number.
+handful of functions: :data:`SURFACE`, plus ``Stream``/``Event`` where the device has them. What a
+device lacks raises :class:`~anydevice.errors.UnsupportedDeviceFunctionError` naming the function and
+the device, never a made-up number.
 
-    dm = ad.device_module()
-    dm.synchronize(); dm.reset_peak_memory_stats(); print(dm.get_device_name())
+Eager devices: ``torch.<device>`` itself where it has the whole :data:`SURFACE` (cuda, xpu); otherwise a
+:class:`DeviceModule` on the placement, taking what ``torch.<device>`` does have (``torch.cpu``'s streams,
+``torch.mps``'s seed and cache). Lazy XLA devices: a ``DeviceModule`` whose seed is ``torch_xla.manual_seed``,
+whose ``synchronize`` launches the pending graph then waits (``torch_xla.sync()`` + ``xm.wait_device_ops()``)
+and whose memory comes from the PJRT runtime.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from anydevice.errors import UnsupportedDeviceFunctionError
 
 if TYPE_CHECKING:
     from anydevice.shims.contracts import MemoryStats, Placement
+    from anydevice.shims.eager import EagerPlacement
+    from anydevice.shims.lazy_xla import XlaPlacement
 
 SURFACE = (
     "is_available",
@@ -318,16 +326,66 @@ class DeviceModule:
         return self._native_attr("stream")
 
 
-def device_module() -> Any:
-    """A ``torch.cuda``-shaped module for the selected device (``torch.cuda`` itself on cuda).
+NO_CACHE = "the device keeps no cache of freed memory to release"
 
-    See :data:`SURFACE`; what the device lacks raises
-    :class:`~anydevice.errors.UnsupportedDeviceFunctionError`. The same object is returned on every call.
-    """
-    from anydevice.backend import current
-    from anydevice.shims.contracts import CudaShaped
 
-    shim = current().shims.capability(CudaShaped)  # type: ignore[type-abstract]  # looked up, never built
-    if shim is None:
-        raise UnsupportedDeviceFunctionError("device_module", current().name, "its plugin offers no torch.cuda-shaped module")
-    return shim.device_module()
+def _torch_module(device_type: str) -> ModuleType | None:
+    try:
+        module = torch.get_device_module(device_type)
+    except (RuntimeError, AttributeError):
+        return None
+    return module if isinstance(module, ModuleType) else None
+
+
+def _host_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cpu_seed(seed: int) -> None:
+    torch.default_generator.manual_seed(seed)  # the CPU generator only (torch.manual_seed also seeds others)
+
+
+def eager_device_module(placement: EagerPlacement) -> Any:
+    """``torch.<device>`` where it is a complete ``torch.cuda``-shaped module, else a DeviceModule."""
+    device_type = placement.device_type
+    native = _torch_module(device_type)
+    if native is not None and all(callable(getattr(native, name, None)) for name in SURFACE):
+        return native
+    cpu = placement.host  # declared by the plugin (PlacementTable.host), never inferred from the device type
+    return DeviceModule(
+        device_type,
+        placement,
+        seed=_cpu_seed if cpu or native is None or not hasattr(native, "manual_seed") else native.manual_seed,
+        chip=placement.vendor.profiling.chip,
+        native=native,
+        total_memory=_host_memory if cpu else lambda: placement.memory_stats().get("total_bytes"),
+        cache_note=NO_CACHE if cpu else None,
+    )
+
+
+def xla_device_module(placement: XlaPlacement) -> DeviceModule:
+    """A DeviceModule for a torch_xla device: ``torch_xla.manual_seed``, PJRT memory info, no streams."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    vendor = placement.vendor
+
+    def seed(value: int) -> None:
+        torch_xla.manual_seed(value)
+
+    def synchronize() -> None:
+        torch_xla.sync()  # the traced ops run only once their graph is cut: CUDA code expects them done
+        xm.wait_device_ops()
+
+    return DeviceModule(
+        vendor.name,
+        placement,
+        seed=seed,
+        chip=lambda: vendor.chip() or f"PJRT {vendor.pjrt_device}",
+        total_memory=lambda: placement.memory_stats().get("total_bytes"),
+        cache_note="PJRT frees a buffer when its last tensor goes; there is no cache to empty",
+        synchronize=synchronize,
+    )

@@ -1,6 +1,6 @@
 """What a plugin declares for ``anydevice check``, ``ad.capabilities()`` and strict mode: :class:`CheckFacts`.
 
-One section of a :class:`~anydevice.device_spec.DeviceSpec` (``DeviceSpec.check``). Every field has a
+One section of a :class:`~anydevice.contract.device_spec.DeviceSpec` (``DeviceSpec.check``). Every field has a
 default, so a third-party device that declares nothing still gets a report (its unknowns are said
 to be unknown, never guessed); a device that declares its dtypes, memory per chip, topology and op
 table gets the full report without any code in core.

@@ -1,9 +1,9 @@
 """Every file anydevice writes or reads outside a checkpoint: the page, result files, lane records, reports, caches.
 
 Writing (:func:`write_bytes`, :func:`write_json`): the directory is walked as a checkpoint save
-walks it (:func:`anydevice.safe_place.open_parent`: a link another user planted in a shared
+walks it (:func:`anydevice.files.safe_place.open_parent`: a link another user planted in a shared
 directory is refused), the data goes into a new temporary beside the target
-(``O_CREAT|O_EXCL|O_NOFOLLOW``, a random name, locked: :func:`anydevice.publish.locked_temp_file`),
+(``O_CREAT|O_EXCL|O_NOFOLLOW``, a random name, locked: :func:`anydevice.files.publish.locked_temp_file`),
 is fsynced and renamed over the target (``renameat2(RENAME_NOREPLACE)`` when nothing is there).
 What is there already is replaced only when anydevice wrote it (the caller's ``ours`` test on
 its contents), unless ``force``: a link, a FIFO, another user's file or a hand-written file is
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from anydevice.errors import CheckpointError, FileAccessError
-from anydevice.publish import fsync_directory, locked_temp_file, remove_stale_temps, rename_noreplace, unlink_quietly
-from anydevice.safe_place import Place, is_shared, open_parent, os_cause
+from anydevice.files.publish import fsync_directory, locked_temp_file, remove_stale_temps, rename_noreplace, unlink_quietly
+from anydevice.files.safe_place import Place, is_shared, open_parent, os_cause
 
 Recognise = Callable[[bytes], bool]
 """Whether the contents of a file already at the target are something anydevice wrote (and may replace)."""

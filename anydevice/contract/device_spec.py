@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
-from anydevice.check_facts import DEFAULT_FACTS, CheckFacts
+from anydevice.contract.check_facts import DEFAULT_FACTS, CheckFacts
+from anydevice.contract.versions import PairRule
 from anydevice.settings import Setting
-from anydevice.versions import PairRule
 
 if TYPE_CHECKING:
     import pydantic
@@ -167,7 +167,7 @@ class DeviceSpec:
     :param serving: serving engine (``vllm``, ``sglang``) -> how it runs on this device
         (:class:`Serving`); ``anydevice.integrations`` turns the selection into the engine's platform
         with it. Undeclared: an engine platform plugin named like the device.
-    :param check: the :class:`~anydevice.check_facts.CheckFacts` section (dtypes, static shapes, memory per
+    :param check: the :class:`~anydevice.contract.check_facts.CheckFacts` section (dtypes, static shapes, memory per
         chip, topology, op table, CPU-fallback mechanism) that ``anydevice check``, ``ad.capabilities()`` and
         strict mode read; undeclared: every fact unknown.
     """
@@ -198,7 +198,7 @@ class DeviceSpec:
     serving: Mapping[str, Serving] = field(default_factory=dict)
     """Serving engine -> the engine's platforms for this device and what to install (``anydevice.integrations``)."""
     check: CheckFacts = DEFAULT_FACTS
-    """Facts for ``anydevice check``, ``ad.capabilities()`` and strict mode (:mod:`anydevice.check_facts`)."""
+    """Facts for ``anydevice check``, ``ad.capabilities()`` and strict mode (:mod:`anydevice.contract.check_facts`)."""
 
     @property
     def environment(self) -> tuple[str, ...]:

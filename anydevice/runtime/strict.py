@@ -25,8 +25,8 @@ from anydevice import settings
 from anydevice.errors import CpuFallbackError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
-    from anydevice.backend import Backend
-    from anydevice.check_facts import CheckFacts
+    from anydevice.contract.check_facts import CheckFacts
+    from anydevice.runtime.backend import Backend
 
 HOST_READS = frozenset({"aten::_local_scalar_dense"})
 """What torch_xla counts among fallbacks but is a read of a device value (``.item()``), not an op computed on the CPU."""
@@ -79,7 +79,7 @@ def _watch_for(backend: Backend) -> _Watch:
 
 
 def _facts(backend: Backend) -> CheckFacts:
-    from anydevice.registry import get_registry
+    from anydevice.runtime.registry import get_registry
 
     return get_registry().get(backend.name).spec.check
 

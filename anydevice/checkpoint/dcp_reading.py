@@ -128,7 +128,7 @@ class SafePlanner(DefaultLoadPlanner):
         try:
             loaded = torch.load(value, weights_only=True)
         except Exception as exc:
-            from anydevice.loading import refused_global
+            from anydevice.runtime.loading import refused_global
 
             needed = refused_global(exc)
             self.refusal = CheckpointError(

@@ -3,8 +3,8 @@
 The device is asked only how to bring tensors to the host (the optional
 :class:`~anydevice.shims.contracts.HostTransfer` capability: one batched transfer on lazy XLA
 devices); without it, ``HostTransfer``'s defaults copy each tensor with ``tensor.detach().to("cpu")``. Writing is the
-same on every device: :func:`anydevice.safe_place.open_place` finds the file without following
-untrusted links, :func:`anydevice.publish.write_file` publishes it with one rename.
+same on every device: :func:`anydevice.files.safe_place.open_place` finds the file without following
+untrusted links, :func:`anydevice.files.publish.write_file` publishes it with one rename.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from anydevice.backend import current
 from anydevice.errors import CheckpointError
+from anydevice.runtime.backend import current
 
 T = TypeVar("T")
 
@@ -38,10 +38,10 @@ def write_torch_file(obj: Any, path: Path) -> None:
 
 
 def write_safely(path: Path, write: Callable[[IO[bytes]], Any], *, accepts: Callable[[bytes], bool] | None = None) -> None:
-    """``write(handle)`` to ``path`` the checkpoint way (:func:`anydevice.publish.write_file`); ``accepts`` judges
+    """``write(handle)`` to ``path`` the checkpoint way (:func:`anydevice.files.publish.write_file`); ``accepts`` judges
     an existing file's head (default: only an earlier checkpoint is replaced)."""
-    from anydevice.publish import write_file
-    from anydevice.safe_place import open_place, save_error
+    from anydevice.files.publish import write_file
+    from anydevice.files.safe_place import open_place, save_error
 
     try:
         place = open_place(path)

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Final
 import pluggy
 
 if TYPE_CHECKING:
-    from anydevice.device_spec import Devices, DeviceSpec
-    from anydevice.diagnosis import Check, DoctorContext
+    from anydevice.contract.device_spec import Devices, DeviceSpec
+    from anydevice.contract.diagnosis import Check, DoctorContext
 
 PROJECT: Final = "anydevice"
 
@@ -34,10 +34,10 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry: Devices) -> None:
     """Declare the devices this plugin provides.
 
-    :param register: call it once per device with a :class:`~anydevice.device_spec.DeviceSpec`.
+    :param register: call it once per device with a :class:`~anydevice.contract.device_spec.DeviceSpec`.
         Registration must be cheap: no vendor import, no hardware probing (that is ``detect``'s job).
     :param registry: optional (leave it out of the signature unless needed): a read-only view
-        (:class:`~anydevice.device_spec.Devices`) of the devices being registered, for a device that builds on
+        (:class:`~anydevice.contract.device_spec.Devices`) of the devices being registered, for a device that builds on
         what other devices declare (the ``xla`` device reads their ``DeviceSpec.hardware``). Read it from
         ``detect``/``load``, not while registering.
     """
@@ -55,8 +55,8 @@ def anydevice_register_probes(register: Callable[[Any], None]) -> None:
 def anydevice_doctor_checks(context: DoctorContext) -> list[Check]:
     """Judge the settings this plugin's devices read (``DeviceSpec.settings``), for ``anydevice doctor``.
 
-    :param context: the registry and the user's selection (:class:`~anydevice.diagnosis.DoctorContext`).
-    :returns: one :class:`~anydevice.diagnosis.Check` per variable that is set (none when unset): ``fail``
+    :param context: the registry and the user's selection (:class:`~anydevice.contract.diagnosis.DoctorContext`).
+    :returns: one :class:`~anydevice.contract.diagnosis.Check` per variable that is set (none when unset): ``fail``
         with a fix when it breaks the selection, ``warn`` when it could, ``ok``/``info`` otherwise. Must not
         import torch or a vendor library. Core prints the checks in the settings section of the report.
     """

@@ -1,11 +1,11 @@
 """Third-party plugins' import, registration and detection, tried first in child processes.
 
-In-process guarding (:mod:`anydevice.guard`) cannot stop C code that holds the GIL, a native
+In-process guarding (:mod:`anydevice.runtime.guard`) cannot stop C code that holds the GIL, a native
 crash (SIGSEGV, ``abort``) or ``os._exit``. So before the registry imports a third-party plugin,
 :func:`vet` runs every third-party plugin's import and registration hook (each a step under the
 deadline) and then every device's detection (concurrently, within one deadline) in a child
-process (``python -m anydevice.vet_child``, :mod:`anydevice.vet_child`); up to :data:`MAX_CHILDREN` children run at once,
-each plugin in one of them, so ten slow plugins cost about one plugin's time, not their sum.
+process (``python -m anydevice.runtime.vet_child``); up to :data:`MAX_CHILDREN` children run at once, each
+plugin in one of them, so ten slow plugins cost about one plugin's time, not their sum.
 The child reports each step as a JSON line; when it hangs or dies, the step in progress is
 charged to its plugin and a fresh child carries on with the steps left. The registry then imports
 (all at once, each under its deadline) only the plugins a child imported cleanly, and takes their
@@ -16,7 +16,7 @@ The outcome is cached under ``ANYDEVICE_CACHE_DIR/plugins/``, keyed by the plugi
 distributions and versions, the modification time of each plugin's module file, the Python and
 torch versions, the deadline, the variables the devices declare (plus ``ANYDEVICE_PLUGINS``,
 ``PATH``, ``LD_LIBRARY_PATH``), ``sys.path``, the user and the boot id: a later command with the
-same key starts no child. Entries are read and written with :mod:`anydevice.safe_files`: only a
+same key starts no child. Entries are read and written with :mod:`anydevice.files.safe_files`: only a
 regular file of this user's (or root's) is read, and one that is malformed is detected again.
 An outcome where a step hit the deadline is kept only :data:`RETRY_AFTER` seconds (the machine
 may just have been busy).
@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from anydevice.device_spec import Detection
+from anydevice import settings
+from anydevice.contract.device_spec import Detection
 
 CACHE_VERSION: Final = 1
 GRACE: Final = 2.0
@@ -163,12 +164,12 @@ def _run_child(
     if not sys.executable:
         raise OSError("no Python executable to start the plugin check with")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "anydevice.vet_child"],
+        [sys.executable, "-m", "anydevice.runtime.vet_child"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # its own process group: what a plugin starts ends with it
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=_child_environment(),
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:
@@ -243,6 +244,16 @@ def _run_child(
         _end(proc)
 
 
+def _child_environment() -> dict[str, str]:
+    """The vetting child's environment: this one, unbuffered, without the cuda-compat switch.
+
+    The child is anydevice's own process: the cuda-compat start-up hook (``ANYDEVICE_CUDA_COMPAT``,
+    read by the ``.pth`` line at interpreter start) has no script there to serve.
+    """
+    env = {k: v for k, v in os.environ.items() if k != settings.ANYDEVICE_CUDA_COMPAT.name}
+    return {**env, "PYTHONUNBUFFERED": "1"}
+
+
 def _decode(line: bytes) -> dict[str, Any] | None:
     try:
         event = json.loads(line)
@@ -252,7 +263,7 @@ def _decode(line: bytes) -> dict[str, Any] | None:
 
 
 def _record_detection(event: Mapping[str, Any], outcomes: dict[str, Outcome], deadline: float) -> None:
-    from anydevice.guard import plugin_detection_failure
+    from anydevice.runtime.guard import plugin_detection_failure
 
     plugin, device = str(event["plugin"]), str(event["device"])
     if "detection" in event:
@@ -278,7 +289,7 @@ def _charge(current: Mapping[str, Any], outcomes: dict[str, Outcome], finished: 
 
     Returns True when several detections were in flight: nobody is charged, they run again one by one.
     """
-    from anydevice.guard import plugin_detection_failure
+    from anydevice.runtime.guard import plugin_detection_failure
 
     if current.get("stage") == "detect-all":
         in_flight = [(str(p), str(d)) for p, d in current["devices"]]
@@ -334,7 +345,7 @@ def cache_key(plugins: list[Plugin], deadline: float, steering: Iterable[str] = 
     """What the outcome depends on, hashed: plugins and versions, Python, torch, deadline, variables, path, boot."""
     from importlib import metadata
 
-    from anydevice import detect
+    from anydevice.contract import detect
 
     names = sorted({*KEY_VARIABLES, *steering})
     parts = {
@@ -384,8 +395,6 @@ def _boot_id() -> str:
 
 
 def _cache_file(key: str) -> Path | None:
-    from anydevice import settings
-
     try:
         return settings.cache_dir("plugins") / f"vet-{key}.json"
     except (OSError, RuntimeError, ValueError):  # no home, unwritable, a bad ANYDEVICE_CACHE_DIR: no cache
@@ -397,7 +406,7 @@ def _read_cache(key: str) -> dict[str, Outcome] | None:
     if path is None:
         return None
     from anydevice.errors import FileAccessError
-    from anydevice.safe_files import read_bytes
+    from anydevice.files.safe_files import read_bytes
 
     try:  # a regular file of this user's (or root's) only: a FIFO, a link or another user's entry is no entry
         data = json.loads(read_bytes(path, limit=MAX_CACHE_FILE, follow_links=False, owners={os.geteuid(), 0}))
@@ -436,7 +445,7 @@ def _cached_detection(fields: Any) -> Detection:
     plugin's fault: the entry is discarded and the detection run again)."""
     from typing import get_args
 
-    from anydevice.device_spec import Problem
+    from anydevice.contract.device_spec import Problem
 
     if not isinstance(fields, dict) or set(fields) != _DETECTION_FIELDS:
         raise TypeError("not a detection")
@@ -469,7 +478,7 @@ def _write_cache(key: str, outcomes: Mapping[str, Outcome]) -> None:
         },
     }
     from anydevice.errors import FileAccessError
-    from anydevice.safe_files import write_bytes
+    from anydevice.files.safe_files import write_bytes
 
     try:  # the entry is ours to replace whatever is there (a bad entry, a planted link: replaced, never followed)
         write_bytes(path, json.dumps(data).encode(), force=True)

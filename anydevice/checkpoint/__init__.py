@@ -17,7 +17,7 @@ Pairing: each optimizer is saved with the module in ``state`` whose parameters i
 whose parameters belong to no module, or to several, is an error.
 
 A save writes into a locked hidden temporary directory beside ``directory`` and swaps it into place
-in one step (:mod:`anydevice.publish`) once DCP has written its ``.metadata`` on every rank: a
+in one step (:mod:`anydevice.files.publish`) once DCP has written its ``.metadata`` on every rank: a
 checkpoint directory either is complete or does not exist (:func:`is_complete`), the previous one
 survives any crash, and the next save removes what a killed one left.
 """
@@ -58,7 +58,7 @@ def save(state: Mapping[str, Any], directory: str | Path, *, async_save: bool = 
     from torch.distributed.checkpoint import state_dict_saver as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from anydevice.saving import group_rank, on_main_rank
+    from anydevice.checkpoint.saving import group_rank, on_main_rank
 
     if async_save and not hasattr(dcp, "async_save"):
         import torch
@@ -124,14 +124,14 @@ def load(state: Mapping[str, Any], directory: str | Path, *, strict: bool = True
     Every key of ``state`` must be in the checkpoint (the checkpoint may hold more). Works with
     any number of ranks, and in a single process without a process group. Unlike DCP's own load,
     it runs no code from the checkpoint: ``.metadata`` may name only DCP's metadata classes and
-    plain values are read weights-only (:mod:`anydevice.dcp_reading`); anything else is refused.
+    plain values are read weights-only (:mod:`anydevice.checkpoint.dcp_reading`); anything else is refused.
     ``strict`` as in ``Module.load_state_dict``: a module's entries in the checkpoint that the
     module lacks (unexpected keys) are an error naming them; ``strict=False`` ignores them.
     """
     from torch.distributed.checkpoint import state_dict_loader as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from anydevice.saving import group_rank
+    from anydevice.checkpoint.saving import group_rank
 
     path = Path(directory)
     if not path.exists():
@@ -146,7 +146,7 @@ def load(state: Mapping[str, Any], directory: str | Path, *, strict: bool = True
             f"{path} is not a complete checkpoint (it has no {METADATA}).",
             "It was not written by ad.checkpoint.save, or was damaged; load another checkpoint.",
         )
-    from anydevice.dcp_reading import SafePlanner, SafeReader
+    from anydevice.checkpoint.dcp_reading import SafePlanner, SafeReader
 
     _quiet_dcp_noise()
     parts = _Parts(state)
@@ -260,8 +260,8 @@ class _Job:
     """Rank 0's side of a save: the opened parent directory and the locked temporary checkpoint in it."""
 
     def __init__(self, target: Path) -> None:
-        from anydevice.publish import DirectoryWrite, directory_problem, refuse_directory, remove_stale_temps
-        from anydevice.safe_place import open_place, save_error
+        from anydevice.files.publish import DirectoryWrite, directory_problem, refuse_directory, remove_stale_temps
+        from anydevice.files.safe_place import open_place, save_error
 
         try:
             self.place = open_place(target)
@@ -305,7 +305,7 @@ def _shared_temp(job: _Job | BaseException | None) -> Path:
     """The temporary directory every rank writes into: rank 0 makes it, the others learn it (or rank 0's error)."""
     import torch.distributed as dist
 
-    from anydevice.saving import group_rank
+    from anydevice.checkpoint.saving import group_rank
 
     rank = group_rank()
     message = [str(job.path) if isinstance(job, _Job) else "", str(job) if isinstance(job, BaseException) else ""]
@@ -345,7 +345,7 @@ def _first_line(exc: BaseException, written: Path | None = None) -> str:
         return f"{kind}{line}{where}"
     cause = _os_error_in(exc)
     if cause is not None:  # torch reports a failed write as "enforce fail ... unexpected pos"; the OSError says why
-        from anydevice.safe_place import os_cause
+        from anydevice.files.safe_place import os_cause
 
         return os_cause(cause)
     text = str(exc).strip()

@@ -1,6 +1,6 @@
-"""The child side of vetting third-party plugins (:mod:`anydevice.isolation` is the parent side).
+"""The child side of vetting third-party plugins (:mod:`anydevice.runtime.isolation` is the parent side).
 
-``python -m anydevice.vet_child`` reads the plugins to try from stdin, imports each and runs its
+``python -m anydevice.runtime.vet_child`` reads the plugins to try from stdin, imports each and runs its
 registration hook (each a step under the deadline), then runs every device's detection, and reports
 each step as one JSON line on its original stdout. It is the only place besides the registry itself
 that builds a registry (of the built-in devices, for a hook that asks for the devices).
@@ -16,9 +16,9 @@ import threading
 import time
 from typing import Any
 
-from anydevice.device_spec import Detection
-from anydevice.isolation import detection_fields
-from anydevice.untrusted import clean_detection
+from anydevice.contract.device_spec import Detection
+from anydevice.runtime.isolation import detection_fields
+from anydevice.runtime.untrusted import clean_detection
 
 
 def _child() -> int:
@@ -64,7 +64,7 @@ def _warm_up() -> None:
     """Import and build what checking a plugin needs, so that its cost is not charged to the first plugin's deadline."""
     import pluggy  # noqa: F401
 
-    from anydevice.device_spec import detection_problems
+    from anydevice.contract.device_spec import detection_problems
 
     detection_problems(Detection.ok("warm-up"))
 
@@ -75,10 +75,10 @@ def _import_and_register(name: str, value: str, emit: Any) -> list[Any]:
 
     import pluggy
 
-    from anydevice import hookspecs
-    from anydevice.device_spec import DeviceSpec, is_valid_name
-    from anydevice.guard import describe
-    from anydevice.registry import ENTRY_POINT_GROUP, load_entry_point
+    from anydevice.contract import hookspecs
+    from anydevice.contract.device_spec import DeviceSpec, is_valid_name
+    from anydevice.runtime.guard import describe
+    from anydevice.runtime.registry import ENTRY_POINT_GROUP, load_entry_point
 
     emit(e="start", plugin=name, stage="import")
     try:
@@ -114,15 +114,15 @@ def _import_and_register(name: str, value: str, emit: Any) -> list[Any]:
 @functools.cache
 def _builtin_registry() -> Any:
     """For a plugin whose registration hook takes the devices: a read-only view of the built-in ones (no third party here)."""
-    from anydevice.registry import builtin_registry
+    from anydevice.runtime.registry import builtin_registry
 
     return builtin_registry().view()
 
 
 def _detect(spec: Any) -> dict[str, Any]:
     """One device's detection as the fields of a ``detected`` event."""
-    from anydevice.device_spec import detection_problems
-    from anydevice.guard import describe
+    from anydevice.contract.device_spec import detection_problems
+    from anydevice.runtime.guard import describe
 
     try:
         result = spec.detect()
@@ -169,7 +169,4 @@ def _detect_all(pending: list[tuple[str, Any]], deadline: float, emit: Any) -> N
 
 
 if __name__ == "__main__":
-    from anydevice import startup
-
-    startup.exempt()  # anydevice's own child: the cuda-compat start-up hook never enables here
     raise SystemExit(_child())

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from anydevice.device_spec import Devices
+    from anydevice.contract.device_spec import Devices
 
 Status = Literal["ok", "info", "warn", "fail"]
 

@@ -1,0 +1,7 @@
+"""This release's version (``anydevice.__version__``), in a module that imports nothing, so that any layer may read it."""
+
+from __future__ import annotations
+
+from typing import Final
+
+VERSION: Final = "0.1.0"
