@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import platform
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from anydevice.compat_matrix import catalog, claims, worker
-from anydevice.compat_matrix.channel import WorkerPipes
 from anydevice.compat_matrix.probe import Probe
 from anydevice.compat_matrix.progress import ProbeProgress
 from anydevice.compat_matrix.schema import (
@@ -45,6 +43,7 @@ from anydevice.compat_matrix.schema import (
     load_run,
 )
 from anydevice.files.safe_files import check_replaceable, json_with
+from anydevice.runtime.child import Child, signal_name
 from anydevice.runtime.untrusted import clean_tree
 
 SETUP_TIMEOUT_MIN = 180.0
@@ -169,44 +168,23 @@ def _run_worker(
 ) -> None:
     """One worker over ``names``; returns when it finishes, crashes or is killed for a timeout.
 
-    Messages come on a private pipe (:class:`~anydevice.compat_matrix.channel.WorkerPipes`); what
+    Messages come on a private channel (:class:`~anydevice.runtime.child.Child`); what
     the worker's stdout and stderr carry is the running probe's log, and a result counts only for
     the probe that is running.
     """
     by_name = {p.name: p for p in probes}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    ours, theirs = socket.socketpair()  # the channel: messages one way, the go-ahead for each probe the other
-    try:
-        proc = subprocess.Popen(
-            [python, "-m", "anydevice.compat_matrix.worker", "--channel", str(theirs.fileno())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            pass_fds=(theirs.fileno(),),
-            start_new_session=True,  # its own process group: a probe's children end with the worker
-        )
-    except BaseException:
-        ours.close()
-        raise
-    finally:
-        theirs.close()  # the worker holds the only other end: its exit closes the channel
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        proc.stdin.write(worker.encode("request", probes=names, **request).encode("utf-8"))
-        proc.stdin.close()
-    except OSError:
-        pass  # it died at once: reported below as it ends
-    pipes = WorkerPipes(ours.fileno(), proc.stdout.fileno())
+    message = worker.encode("request", probes=names, **request)
     current: str | None = None
     stage = Stage.EXECUTE
     stray: list[str] = []
     deadline = time.monotonic() + max(timeout, SETUP_TIMEOUT_MIN)
-    try:
+    # closing kills also a worker that exited: what a probe left running in its group ends then
+    with Child("anydevice.compat_matrix.worker", message, env=env, channel=True, python=python) as child:
         while True:
-            event = pipes.next(max(0.0, deadline - time.monotonic()))
+            event = child.next(deadline - time.monotonic())
             if event is None:
-                _kill(proc)
+                child.close()
                 if current is not None:
                     _lost(
                         state, by_name[current], stage, "Timeout", f"timed out after {timeout:g}s; worker killed", stray, progress
@@ -216,40 +194,40 @@ def _run_worker(
                 return
             kind, line = event
             if kind == "end":  # the worker exited
-                code = proc.wait()
+                code = child.wait()
                 if current is not None:
-                    why = f"worker died with exit code {code}" + (f" ({_signal_name(-code)})" if code < 0 else "")
+                    why = f"worker died with exit code {code}" + (f" ({signal_name(-code)})" if code < 0 else "")
                     _lost(state, by_name[current], stage, "WorkerCrash", why, stray, progress)
                 elif state.setup_error is None and state.gated is None and code != 0:
                     state.notices.append(f"probe worker exited with code {code}: {_tail(stray)}")
                 return
-            message = worker.decode(line) if kind == "message" else None
-            if message is None:  # output: the running probe's log, whatever it says
+            decoded = worker.decode(line) if kind == "message" else None
+            if decoded is None:  # output: the running probe's log, whatever it says
                 stray.append(line)
                 continue
-            kind = message["type"]
+            kind = decoded["type"]
             if kind == "env":
-                state.env = state.env or message["env"]
+                state.env = state.env or decoded["env"]
             elif kind == "backend":  # the plugin's own text (chip, versions, unsupported reasons): made safe here
-                state.backend = state.backend or clean_tree(message["backend"])
+                state.backend = state.backend or clean_tree(decoded["backend"])
             elif kind == "setup_error":
-                state.setup_error = message
+                state.setup_error = decoded
             elif kind == "notice":
-                state.notices.append(str(message["message"]))
-            elif kind == "missing" and message["probe"] in names:
-                state.notices.append(f"probe {message['probe']} is not known to the worker")
-                state.results[message["probe"]] = _synthetic(
-                    by_name[message["probe"]], Status.HARNESS_ERROR, "probe not found in the worker"
+                state.notices.append(str(decoded["message"]))
+            elif kind == "missing" and decoded["probe"] in names:
+                state.notices.append(f"probe {decoded['probe']} is not known to the worker")
+                state.results[decoded["probe"]] = _synthetic(
+                    by_name[decoded["probe"]], Status.HARNESS_ERROR, "probe not found in the worker"
                 )
             elif kind == "start":
-                if message["probe"] in names and message["probe"] not in state.results:
-                    current, stage, stray = message["probe"], Stage.EXECUTE, []
+                if decoded["probe"] in names and decoded["probe"] not in state.results:
+                    current, stage, stray = decoded["probe"], Stage.EXECUTE, []
                     deadline = time.monotonic() + timeout
-                pipes.go_ahead()  # the worker waited: all output before this is the previous probe's
+                child.go_ahead()  # the worker waited: all output before this is the previous probe's
             elif kind == "stage":
-                stage = Stage(message["stage"])
+                stage = Stage(decoded["stage"])
             elif kind == "result" and current is not None:
-                result = ProbeResult.model_validate(message["result"])
+                result = ProbeResult.model_validate(decoded["result"])
                 if result.probe != current:  # only the probe that is running reports, and only its own result
                     state.notices.append(f"a result for {result.probe!r} came while {current!r} ran; it was ignored")
                     continue
@@ -261,38 +239,10 @@ def _run_worker(
                 current, stray = None, []
                 deadline = time.monotonic() + timeout
             elif kind == "gated":
-                state.gated = str(message["reason"])
+                state.gated = str(decoded["reason"])
             elif kind == "done":
-                proc.wait()
+                child.wait()
                 return
-    finally:
-        pipes.close()
-        ours.close()
-        _kill(proc)  # also when it exited: what a probe left running in its group ends now
-        proc.stdout.close()
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    """End the worker and every process it started (its process group), and reap it."""
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:  # already gone (and its group with it)
-        proc.kill()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _signal_name(number: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def _tail(lines: list[str], chars: int = 500) -> str:

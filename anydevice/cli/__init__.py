@@ -95,8 +95,8 @@ def imported_vendor_modules() -> list[str]:
 
 def environment_info() -> dict[str, Any]:
     """Versions and imported vendor modules, for ``info`` and bug reports."""
-    from anydevice.release import VERSION
     from anydevice.contract import detect
+    from anydevice.release import VERSION
 
     return {
         "anydevice": VERSION,

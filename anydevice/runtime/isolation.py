@@ -28,9 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import selectors
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -41,6 +38,7 @@ from typing import Any, Final
 
 from anydevice import settings
 from anydevice.contract.device_spec import Detection
+from anydevice.runtime.child import Child, ending
 
 CACHE_VERSION: Final = 1
 GRACE: Final = 2.0
@@ -161,87 +159,56 @@ def _run_child(
         "sequential": sequential,
         "plugins": [{"name": p.name, "value": p.value, "skip": sorted(outcomes[p.name].detections)} for p in todo],
     }
-    if not sys.executable:
-        raise OSError("no Python executable to start the plugin check with")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "anydevice.runtime.vet_child"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: what a plugin starts ends with it
-        env=_child_environment(),
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        proc.stdin.write(json.dumps(request).encode())
-        proc.stdin.close()
-    except OSError:
-        pass
     current: dict[str, Any] | None = None
     ready = False
     limit = time.monotonic() + STARTUP_BUDGET
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
-    buffer = b""
-    try:
+    with Child("anydevice.runtime.vet_child", json.dumps(request), env=_child_environment()) as child:
         while True:
-            lines: list[bytes] = []
-            eof = False
-            wait = limit - time.monotonic()
-            if wait > 0 and selector.select(wait):
-                chunk = os.read(proc.stdout.fileno(), 65536)
-                if chunk:
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                else:
-                    eof = True
-            elif not lines:  # the deadline passed with nothing new
-                _end(proc)
+            line = child.next(limit - time.monotonic())
+            if line is None:  # the deadline passed with nothing new
+                child.close()
                 if current is None:
                     stalled = f"stalled between steps ({deadline:g} s)" if ready else f"did not start ({STARTUP_BUDGET:g} s)"
                     _charge_all(todo, outcomes, finished, "import", f"the plugin check {stalled}")
                     return None, False
                 return None, _charge(current, outcomes, finished, f"did not finish within {deadline:g} s", deadline)
-            for line in lines:
-                event = _decode(line)
-                if event is None:
-                    continue
-                kind = event.get("e")
-                if kind == "start":
-                    current = event
-                    grace = GRACE if event.get("stage") == "detect-all" else 0.0  # the child reports its own deadline first
-                    limit = time.monotonic() + deadline + grace
-                    continue
-                if kind == "detected":
-                    _record_detection(event, outcomes, deadline)
-                    if current is not None and current.get("stage") == "detect-all":
-                        current["devices"] = [d for d in current["devices"] if d != [event["plugin"], event["device"]]]
-                        continue  # the others are still running, under the same deadline
-                elif kind == "ready":
-                    ready = True
-                elif kind == "failed":
-                    name = str(event["plugin"])
-                    outcomes[name].failure = (str(event["stage"]), str(event["error"]))
-                    finished.add(name)
-                elif kind == "registered":
-                    outcomes[str(event["plugin"])].environment.update(event.get("values") or {})
-                elif kind == "end":
-                    finished.add(str(event["plugin"]))
-                elif kind == "done":
-                    return None, False
-                current = None
-                limit = time.monotonic() + deadline
-            if eof:
-                code = proc.wait()
+            kind, text = line
+            if kind == "end":
+                code = child.wait()
                 if current is not None:
-                    return None, _charge(current, outcomes, finished, _death(code), deadline)
+                    return None, _charge(current, outcomes, finished, ending(code), deadline)
                 if not ready:
-                    _charge_all(todo, outcomes, finished, "import", f"the plugin check process {_death(code)} before it started")
+                    _charge_all(todo, outcomes, finished, "import", f"the plugin check process {ending(code)} before it started")
                     return None, False
-                return _death(code), False  # ended between steps: the next child carries on
-    finally:
-        selector.close()
-        _end(proc)
+                return ending(code), False  # ended between steps: the next child carries on
+            event = _decode(text)
+            if event is None:
+                continue
+            kind = event.get("e")
+            if kind == "start":
+                current = event
+                grace = GRACE if event.get("stage") == "detect-all" else 0.0  # the child reports its own deadline first
+                limit = time.monotonic() + deadline + grace
+                continue
+            if kind == "detected":
+                _record_detection(event, outcomes, deadline)
+                if current is not None and current.get("stage") == "detect-all":
+                    current["devices"] = [d for d in current["devices"] if d != [event["plugin"], event["device"]]]
+                    continue  # the others are still running, under the same deadline
+            elif kind == "ready":
+                ready = True
+            elif kind == "failed":
+                name = str(event["plugin"])
+                outcomes[name].failure = (str(event["stage"]), str(event["error"]))
+                finished.add(name)
+            elif kind == "registered":
+                outcomes[str(event["plugin"])].environment.update(event.get("values") or {})
+            elif kind == "end":
+                finished.add(str(event["plugin"]))
+            elif kind == "done":
+                return None, False
+            current = None
+            limit = time.monotonic() + deadline
 
 
 def _child_environment() -> dict[str, str]:
@@ -254,7 +221,7 @@ def _child_environment() -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1"}
 
 
-def _decode(line: bytes) -> dict[str, Any] | None:
+def _decode(line: str) -> dict[str, Any] | None:
     try:
         event = json.loads(line)
     except ValueError:
@@ -315,32 +282,6 @@ def _charge_all(todo: list[Plugin], outcomes: dict[str, Outcome], finished: set[
             finished.add(plugin.name)
 
 
-def _death(code: int) -> str:
-    """How the child ended, as a phrase: ``crashed (SIGSEGV)``, ``ended the process (exit status 0)``."""
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"crashed the process ({name})"
-    return f"ended the process (exit status {code})"
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the child's whole process group (a plugin's own children too) and reap the child."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
-# -- the cache --------------------------------------------------------------------------------------
 def cache_key(plugins: list[Plugin], deadline: float, steering: Iterable[str] = ()) -> str:
     """What the outcome depends on, hashed: plugins and versions, Python, torch, deadline, variables, path, boot."""
     from importlib import metadata
