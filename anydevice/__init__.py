@@ -11,41 +11,98 @@ torch nor any vendor library; the selected plugin is loaded on first use.
 
 from __future__ import annotations
 
-from anydevice import (
-    checkpoint,
-    distributed,
-    errors,
-    old_paths,  # noqa: F401  (serves 0.3's import paths, deprecated)
-)
-from anydevice.api import (
-    autocast,
-    backend,
-    compile,  # noqa: A004 - mirrors torch.compile
-    data_loader,
-    device,
-    device_map,
-    device_module,
-    fallback_ops,
-    generator,
-    load,
-    manual_seed,
-    memory_stats,
-    profile,
-    record,
-    save,
-    step,
-    synchronize,
-    to,
-)
-from anydevice.capabilities import Capabilities, capabilities
-from anydevice.edge import export
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from anydevice import old_paths  # noqa: F401  (serves 0.3's import paths, deprecated)
 from anydevice.errors import AnyDeviceError
-from anydevice.meter import StepMeter, transformer_training_flops_per_token
-from anydevice.preflight import check
 from anydevice.release import VERSION
-from anydevice.runtime.backend import Backend, reset, use
+
+if TYPE_CHECKING:
+    from anydevice import checkpoint, distributed, errors
+    from anydevice.api import (
+        autocast,
+        backend,
+        compile,  # noqa: A004 - mirrors torch.compile
+        data_loader,
+        device,
+        device_map,
+        device_module,
+        fallback_ops,
+        generator,
+        load,
+        manual_seed,
+        memory_stats,
+        profile,
+        record,
+        save,
+        step,
+        synchronize,
+        to,
+    )
+    from anydevice.capabilities import Capabilities, capabilities
+    from anydevice.edge import export
+    from anydevice.meter import StepMeter, transformer_training_flops_per_token
+    from anydevice.preflight import check
+    from anydevice.runtime.backend import Backend, reset, use
 
 __version__ = VERSION
+
+_HOME = {
+    **dict.fromkeys(
+        (
+            "autocast",
+            "backend",
+            "compile",
+            "data_loader",
+            "device",
+            "device_map",
+            "device_module",
+            "fallback_ops",
+            "generator",
+            "load",
+            "manual_seed",
+            "memory_stats",
+            "profile",
+            "record",
+            "save",
+            "step",
+            "synchronize",
+            "to",
+        ),
+        "anydevice.api",
+    ),
+    "Capabilities": "anydevice.capabilities",
+    "capabilities": "anydevice.capabilities",
+    "export": "anydevice.edge",
+    "StepMeter": "anydevice.meter",
+    "transformer_training_flops_per_token": "anydevice.meter",
+    "check": "anydevice.preflight",
+    "Backend": "anydevice.runtime.backend",
+    "reset": "anydevice.runtime.backend",
+    "use": "anydevice.runtime.backend",
+}
+"""Where each public name lives: imported on first use, so that ``import anydevice`` (and every
+``anydevice`` command, which imports this package first) pays only for what it uses."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        try:  # a module of the package (``ad.checkpoint``, ``ad.distributed``, ``ad.api``)
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # also over a module of the same name the import just bound (ad.capabilities)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "AnyDeviceError",

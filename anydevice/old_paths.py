@@ -46,6 +46,10 @@ MOVED: dict[str, tuple[str, ...]] = {
 """Old module name -> where its names live now (several: the first that has a name serves it)."""
 
 
+_creating: set[str] = set()
+"""Old names being served now."""
+
+
 def _warn(old: str, new: Sequence[str]) -> None:
     where = " and ".join(new)
     warnings.warn(f"{old} moved to {where} in anydevice 0.4; the old path goes away in 0.5", DeprecationWarning, stacklevel=3)
@@ -85,7 +89,11 @@ class _OldPathLoader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         _warn(spec.name, self.targets)
         package, _, attr = spec.name.rpartition(".")
-        shadowed = getattr(sys.modules.get(package), attr, None)
+        _creating.add(spec.name)  # the package's __getattr__ may import this name again: not through here
+        try:
+            shadowed = getattr(sys.modules.get(package), attr, None)
+        finally:
+            _creating.discard(spec.name)
         if len(self.targets) > 1 or (callable(shadowed) and not isinstance(shadowed, types.ModuleType)):
             return _Joined(spec.name, self.targets, shadowed if callable(shadowed) else None)
         module = importlib.import_module(self.targets[0])
@@ -103,7 +111,7 @@ class _OldPathFinder(importlib.abc.MetaPathFinder):
         self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         targets = MOVED.get(fullname)
-        if targets is None:
+        if targets is None or fullname in _creating:
             return None
         return importlib.machinery.ModuleSpec(fullname, _OldPathLoader(targets))
 

@@ -205,28 +205,28 @@ def _run_worker(
             if decoded is None:  # output: the running probe's log, whatever it says
                 stray.append(line)
                 continue
-            kind = decoded["type"]
-            if kind == "env":
+            what = decoded["type"]
+            if what == "env":
                 state.env = state.env or decoded["env"]
-            elif kind == "backend":  # the plugin's own text (chip, versions, unsupported reasons): made safe here
+            elif what == "backend":  # the plugin's own text (chip, versions, unsupported reasons): made safe here
                 state.backend = state.backend or clean_tree(decoded["backend"])
-            elif kind == "setup_error":
+            elif what == "setup_error":
                 state.setup_error = decoded
-            elif kind == "notice":
+            elif what == "notice":
                 state.notices.append(str(decoded["message"]))
-            elif kind == "missing" and decoded["probe"] in names:
+            elif what == "missing" and decoded["probe"] in names:
                 state.notices.append(f"probe {decoded['probe']} is not known to the worker")
                 state.results[decoded["probe"]] = _synthetic(
                     by_name[decoded["probe"]], Status.HARNESS_ERROR, "probe not found in the worker"
                 )
-            elif kind == "start":
+            elif what == "start":
                 if decoded["probe"] in names and decoded["probe"] not in state.results:
                     current, stage, stray = decoded["probe"], Stage.EXECUTE, []
                     deadline = time.monotonic() + timeout
                 child.go_ahead()  # the worker waited: all output before this is the previous probe's
-            elif kind == "stage":
+            elif what == "stage":
                 stage = Stage(decoded["stage"])
-            elif kind == "result" and current is not None:
+            elif what == "result" and current is not None:
                 result = ProbeResult.model_validate(decoded["result"])
                 if result.probe != current:  # only the probe that is running reports, and only its own result
                     state.notices.append(f"a result for {result.probe!r} came while {current!r} ran; it was ignored")
@@ -238,9 +238,9 @@ def _run_worker(
                 progress.result(result)
                 current, stray = None, []
                 deadline = time.monotonic() + timeout
-            elif kind == "gated":
+            elif what == "gated":
                 state.gated = str(decoded["reason"])
-            elif kind == "done":
+            elif what == "done":
                 child.wait()
                 return
 

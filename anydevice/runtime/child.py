@@ -117,7 +117,8 @@ class Child:
         if not python:
             raise OSError(f"no Python executable to start {module} with")
         ours: socket.socket | None = None
-        argv, fds = [python, "-m", module], ()
+        argv = [python, "-m", module]
+        fds: tuple[int, ...] = ()
         if channel:
             ours, theirs = socket.socketpair()  # messages one way, the go-ahead the other
             argv += ["--channel", str(theirs.fileno())]

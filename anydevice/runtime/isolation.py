@@ -184,28 +184,28 @@ def _run_child(
             event = _decode(text)
             if event is None:
                 continue
-            kind = event.get("e")
-            if kind == "start":
+            step = event.get("e")
+            if step == "start":
                 current = event
                 grace = GRACE if event.get("stage") == "detect-all" else 0.0  # the child reports its own deadline first
                 limit = time.monotonic() + deadline + grace
                 continue
-            if kind == "detected":
+            if step == "detected":
                 _record_detection(event, outcomes, deadline)
                 if current is not None and current.get("stage") == "detect-all":
                     current["devices"] = [d for d in current["devices"] if d != [event["plugin"], event["device"]]]
                     continue  # the others are still running, under the same deadline
-            elif kind == "ready":
+            elif step == "ready":
                 ready = True
-            elif kind == "failed":
+            elif step == "failed":
                 name = str(event["plugin"])
                 outcomes[name].failure = (str(event["stage"]), str(event["error"]))
                 finished.add(name)
-            elif kind == "registered":
+            elif step == "registered":
                 outcomes[str(event["plugin"])].environment.update(event.get("values") or {})
-            elif kind == "end":
+            elif step == "end":
                 finished.add(str(event["plugin"]))
-            elif kind == "done":
+            elif step == "done":
                 return None, False
             current = None
             limit = time.monotonic() + deadline

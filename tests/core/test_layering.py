@@ -286,7 +286,9 @@ BAD_MODULES = {
     "anydevice/preflight/_layering_sample.py": "def f():\n    from anydevice.shims.common import move\n",
     "anydevice/files/_layering_sample.py": "from anydevice.runtime.registry import Registry\n",
     "compat_matrix/_layering_sample.py": "from anydevice.plugins.cpu import anydevice_register_devices\n",
-    "plugins/_layering_sample.py": "from anydevice.plugin import hookimpl\nfrom anydevice.contract.device_spec import DeviceSpec\n",
+    "plugins/_layering_sample.py": (
+        "from anydevice.plugin import hookimpl\nfrom anydevice.contract.device_spec import DeviceSpec\n"
+    ),
     "anydevice/cli/_layering_sample.py": "from anydevice.compat_matrix import page\n",
     "anydevice/contract/_layering_sample.py": "from anydevice.distributed import world_size\n",
 }
