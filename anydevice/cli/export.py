@@ -3,7 +3,8 @@
 The model comes from a script that defines ``anydevice_export(checkpoint)`` returning ``(model,
 example_inputs)``: given a script, it is called with ``None``; given a checkpoint file (``ad.save``),
 the checkpoint is loaded with ``ad.load`` and passed to the hook of the script named by ``--script``
-(``examples/train.py`` for the main job's checkpoints).
+(``examples/train.py`` for the main job's checkpoints). A model that cannot convert exits 2 with what
+could not convert printed as ``anydevice check`` prints a finding (:mod:`anydevice.preflight.text`).
 """
 
 from __future__ import annotations
@@ -45,12 +46,29 @@ def main(argv: Sequence[str]) -> int:
     model, example_inputs = load_model(args.source, args.script)
     import anydevice as ad
 
-    exported = ad.export(model, example_inputs, target=args.target, path=args.out, quantize=args.quantize)
+    try:
+        exported = ad.export(model, example_inputs, target=args.target, path=args.out, quantize=args.quantize)
+    except ExportError as exc:
+        if exc.finding is None:
+            raise
+        print(refusal(exc, args.target, as_json=args.json), file=sys.stdout if args.json else sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(exported.as_dict(), indent=2, sort_keys=True))
     else:
         print(exported.summary())
     return 0
+
+
+def refusal(error: ExportError, target: str, *, as_json: bool = False) -> str:
+    """What could not convert, printed as ``anydevice check`` prints a finding (``--json``: its schema's fields)."""
+    from anydevice.preflight.text import findings_block
+
+    assert error.finding is not None
+    if as_json:
+        return json.dumps({"target": target, "written": False, "findings": [error.finding.model_dump()]}, indent=2)
+    head = f"anydevice export: {target}: WILL NOT CONVERT (nothing was written)"
+    return "\n".join([head, *findings_block([error.finding])])
 
 
 def load_model(source: Path, script: Path | None) -> tuple[Any, Any]:

@@ -122,6 +122,9 @@ def test_an_op_litert_lacks_is_one_clear_error_naming_it_and_its_line(tmp_path: 
     assert error.construct == "the op aten._linalg_svd has no LiteRT lowering"
     assert error.where == _line_of("torch.linalg.svd(x)[1]")
     assert str(error).startswith(f"Cannot export the model to litert: {error.construct} at {error.where}. Nothing was written.")
+    assert error.finding is not None  # the finding `anydevice check` reports, filed under its "ops" check
+    assert (error.finding.check, error.finding.severity, error.finding.line) == ("ops", "error", error.where)
+    assert error.finding.fix is not None and error.finding.fix.startswith("Replace aten._linalg_svd")
     assert entries(tmp_path) == []
 
 
