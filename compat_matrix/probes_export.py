@@ -57,7 +57,7 @@ def _main_job() -> tuple[torch.nn.Module, Inputs, Inputs]:
     return model, (tokens,), (torch.randint(0, 256, tokens.shape),)  # byte-level vocabulary
 
 
-class _Logits(torch.nn.Module):
+class CausalLMLogits(torch.nn.Module):
     """A causal LM's logits for token ids, the one tensor a LiteRT signature returns."""
 
     def __init__(self, model: torch.nn.Module) -> None:
@@ -68,21 +68,26 @@ class _Logits(torch.nn.Module):
         return self.model(input_ids=ids, use_cache=False).logits  # type: ignore[no-any-return]
 
 
-def _hf_llama() -> tuple[torch.nn.Module, Inputs, Inputs]:
-    if importlib.util.find_spec("transformers") is None:
-        raise Skip("transformers is not installed here (pip install transformers)")
+def tiny_hf_llama() -> CausalLMLogits:
+    """A random-init transformers ``LlamaForCausalLM`` (vocabulary 128, 2 layers, GQA) as logits for token ids."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
         vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, use_cache=False,
     )  # fmt: skip
-    return _Logits(LlamaForCausalLM(config)), (torch.randint(0, 128, (1, 16)),), (torch.randint(0, 128, (1, 16)),)
+    return CausalLMLogits(LlamaForCausalLM(config))
+
+
+def _hf_llama() -> tuple[torch.nn.Module, Inputs, Inputs]:
+    if importlib.util.find_spec("transformers") is None:
+        raise Skip("transformers is not installed here (pip install transformers)")
+    return tiny_hf_llama(), (torch.randint(0, 128, (1, 16)),), (torch.randint(0, 128, (1, 16)),)
 
 
 class _Svd(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.linalg.svd(x)[1]  # LiteRT has no lowering for SVD
+        return torch.linalg.svd(x)[1]  # type: ignore[no-any-return]  # LiteRT has no lowering for SVD
 
 
 def _svd() -> tuple[torch.nn.Module, Inputs, Inputs]:

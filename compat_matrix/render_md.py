@@ -9,21 +9,9 @@ from __future__ import annotations
 
 import re
 
-from anydevice.compat_matrix import claims
+from anydevice.compat_matrix import claims, merge
 from anydevice.compat_matrix.claims import origin
-from anydevice.compat_matrix.merge import (
-    DISAGREE,
-    EXPORT_NOTE,
-    NOT_APPLICABLE,
-    Cell,
-    Column,
-    Diff,
-    Matrix,
-    Tally,
-    ran_pair,
-    shows,
-    tally,
-)
+from anydevice.compat_matrix.merge import DISAGREE, Cell, Column, Diff, Matrix, Tally, ran_pair, tally
 from anydevice.compat_matrix.runner import probe_command
 from anydevice.compat_matrix.schema import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING, Status, shown
 from anydevice.compat_matrix.versions_table import plugin_versions
@@ -82,7 +70,7 @@ def render_markdown(matrix: Matrix) -> str:
         "- from the device / plugin / vendor package / simulation / harness: where a failure comes from. "
         "A simulation's failure is a feature the simulated vendor module lacks: it tests the plugin's code "
         "paths and says nothing about the real hardware",
-        f"- · {NOT_APPLICABLE}: {EXPORT_NOTE}",
+        f"- · {merge.NOT_APPLICABLE}: {merge.EXPORT_NOTE}",
         "",
     ]
     if matrix.columns:
@@ -101,7 +89,7 @@ def render_markdown(matrix: Matrix) -> str:
         out.append("|---|" + "---|" * len(matrix.columns))
         for row in rows:
             cells = [
-                md(_cell_text(matrix.cell(row.probe, c)) if shows(matrix, row, c) else f"· {NOT_APPLICABLE}")
+                md(_cell_text(matrix.cell(row.probe, c)) if merge.shows(matrix, row, c) else f"· {merge.NOT_APPLICABLE}")
                 for c in matrix.columns
             ]
             out.append(f"| {md(row.probe)} | " + " | ".join(cells) + " |")
@@ -130,7 +118,7 @@ def _summary(matrix: Matrix) -> list[str]:
         cells = []
         for group in groups:
             t = tally(matrix, column, group)
-            cells.append(md(f"{_label(t.worst)}: {t.working}/{t.total} work" if t.total else NOT_APPLICABLE))
+            cells.append(md(f"{_label(t.worst)}: {t.working}/{t.total} work" if t.total else merge.NOT_APPLICABLE))
         head = md(f"{column.id}: {column.label} ({overall.working}/{overall.total} work)")
         lines.append(f"| {head} | " + " | ".join(cells) + " |")
     return [*lines, ""]
