@@ -50,7 +50,7 @@ def _main_job() -> tuple[torch.nn.Module, Inputs, Inputs]:
     """examples/train.py's own export hook (what ``anydevice export examples/train.py`` converts): the tiny preset."""
     if not MAIN_JOB.is_file():
         raise Skip(f"the main job's script is not here ({MAIN_JOB}): it ships in the repository checkout, not the package")
-    from anydevice.cli.export import load_model
+    from anydevice.edge.script import load_model
 
     model, example = load_model(MAIN_JOB, None)
     tokens = example[0]
