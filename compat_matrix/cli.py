@@ -10,7 +10,7 @@ import math
 import sys
 from pathlib import Path
 
-from anydevice.compat_matrix.probe import EXPORT_TARGETS
+from anydevice.compat_matrix.probe import EXPORT_GROUP, EXPORT_TARGETS
 
 MAX_TIMEOUT = 24 * 3600.0
 
@@ -126,7 +126,8 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
     from anydevice.compat_matrix.runner import run_probes
 
     problems: list[str] = []
-    chosen = catalog.select(catalog.all_probes(problems, modules=args.module), args.only, args.target)
+    every = catalog.all_probes(problems, modules=args.module)
+    chosen = catalog.select(every, args.only, args.target)
     for problem in problems:  # a plugin whose probe hook failed or hung is named, with or without --list
         print(f"warning: {problem}", file=sys.stderr)
     if args.list:
@@ -134,8 +135,16 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"{probe.group:<12} {probe.name:<34} {probe.description}")
         return 0
     if args.only is not None and not any(catalog.matches(p.name, p.group, args.only) for p in chosen):
+        elsewhere = sorted(
+            {
+                str(p.params.get("target"))
+                for p in every
+                if p.group == EXPORT_GROUP and catalog.matches(p.name, p.group, args.only)
+            }
+        )
+        where = f"; export probes run with --target {' or '.join(elsewhere)}" if elsewhere and args.target is None else ""
         print(
-            f"error: --only {args.only!r} matches no probe; `anydevice matrix probe --list` shows their names and groups",
+            f"error: --only {args.only!r} matches no probe{where}; `anydevice matrix probe --list` shows their names and groups",
             file=sys.stderr,
         )
         return 2

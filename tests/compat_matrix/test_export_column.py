@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from anydevice.compat_matrix.claims import Source, origin
+from anydevice.compat_matrix.cli import main
 from anydevice.compat_matrix.merge import NOT_APPLICABLE, LoadedRun, merge, tally
 from anydevice.compat_matrix.page import page_view
 from anydevice.compat_matrix.render_md import render_markdown
@@ -70,3 +73,12 @@ def test_the_committed_litert_column_comes_from_a_real_run() -> None:
     assert "the op aten._linalg_svd has no LiteRT lowering" in svd.reason
     numerics = status["export_litert_main_job"].numerics
     assert numerics is not None and numerics.max_abs_err is not None and numerics.max_abs_err <= 1e-4
+
+
+def test_export_probes_picked_without_their_target_say_which_target_runs_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.json"
+    assert main(["probe", "--only", "export_litert_mlp", "--out", str(out)]) == 2
+    assert "matches no probe; export probes run with --target litert;" in capsys.readouterr().err
+    assert not out.exists()
