@@ -24,6 +24,7 @@ The CLI prints ``str(error)`` (one or a few sentences, no traceback) and exits n
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 
 class AnyDeviceError(Exception):
@@ -173,14 +174,34 @@ class FileAccessError(AnyDeviceError):
         self.reason = reason
 
 
+class Finding(Protocol):
+    """What :class:`ExportError` needs of a finding (``anydevice.preflight.schema.Finding`` is one)."""
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def line(self) -> str | None: ...
+
+
 class ExportError(AnyDeviceError):
     """``ad.export`` could not convert the model, or the converted model disagrees with PyTorch; nothing was written.
 
-    ``construct`` names what could not convert (an op such as ``aten.linalg_svd``, a data-dependent branch,
-    a dynamic shape) and ``where`` the source line (``file:line``), when known.
+    ``finding`` is what could not convert, as ``anydevice check`` reports it
+    (:class:`anydevice.preflight.schema.Finding`: the check, the construct, its ``file:line``, the fix);
+    ``construct`` and ``where`` are its message and line, when known.
     """
 
-    def __init__(self, message: str, hint: str | None = None, *, construct: str | None = None, where: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, *, finding: Finding | None = None) -> None:
         super().__init__(message, hint)
-        self.construct = construct
-        self.where = where
+        self.finding = finding
+
+    @property
+    def construct(self) -> str | None:
+        """What could not convert: an op (``the op aten._linalg_svd has no LiteRT lowering``), a branch, a shape."""
+        return self.finding.message if self.finding is not None else None
+
+    @property
+    def where(self) -> str | None:
+        """The source line (``file:line``) of the construct, when known."""
+        return self.finding.line if self.finding is not None else None

@@ -6,7 +6,7 @@ import fnmatch
 import importlib
 from collections.abc import Iterable
 
-from anydevice.compat_matrix.probe import Probe
+from anydevice.compat_matrix.probe import EXPORT_GROUP, Probe
 
 SANITY_NAME = "sanity"
 _GLOB = set("*?[")
@@ -18,6 +18,7 @@ def builtin_probes() -> list[Probe]:
         probes_collectives,
         probes_compilation,
         probes_dtypes,
+        probes_export,
         probes_ops,
         probes_placement,
         probes_profiling,
@@ -33,6 +34,7 @@ def builtin_probes() -> list[Probe]:
         *probes_compilation.PROBES,
         *probes_collectives.PROBES,
         *probes_workloads.PROBES,
+        *probes_export.PROBES,
     ]
 
 
@@ -105,8 +107,20 @@ def matches(name: str, group: str, only: str) -> bool:
     return False
 
 
-def select(probes: Iterable[Probe], only: str | None) -> list[Probe]:
-    """The probes to run: those ``only`` picks (all when None), always with the sanity gate first."""
-    chosen = [p for p in probes if only is None or p.name == SANITY_NAME or matches(p.name, p.group, only)]
+def for_target(probe: Probe, target: str | None) -> bool:
+    """Whether ``probe`` belongs to a run for ``target``: device runs (None) take every probe but the export
+    group's; an export target's run takes the sanity gate and its own export probes."""
+    if probe.name == SANITY_NAME:
+        return True
+    if target is None:
+        return probe.group != EXPORT_GROUP
+    return probe.group == EXPORT_GROUP and probe.params.get("target") == target
+
+
+def select(probes: Iterable[Probe], only: str | None, target: str | None = None) -> list[Probe]:
+    """The probes to run for ``target`` (None: the device): those ``only`` picks (all when None), sanity first."""
+    chosen = [
+        p for p in probes if for_target(p, target) and (only is None or p.name == SANITY_NAME or matches(p.name, p.group, only))
+    ]
     chosen.sort(key=lambda p: p.name != SANITY_NAME)  # stable: keeps the catalogue order otherwise
     return chosen

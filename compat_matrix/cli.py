@@ -10,6 +10,8 @@ import math
 import sys
 from pathlib import Path
 
+from anydevice.compat_matrix.probe import EXPORT_GROUP, EXPORT_TARGETS
+
 MAX_TIMEOUT = 24 * 3600.0
 
 
@@ -73,6 +75,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MOD",
         help="also load probes from MOD.PROBES (repeatable; default: none)",
     )
+    probe.add_argument(
+        "--target",
+        choices=sorted(EXPORT_TARGETS),
+        default=None,
+        help="an export target: run its export probes (convert, run in its interpreter, compare) on the host CPU "
+        "instead of the device's probes (default: the device's probes)",
+    )
     probe.add_argument("--list", action="store_true", help="list the probes that would run, and exit")
     probe.add_argument("--force", action="store_true", help="replace --out even when it is not an earlier result file")
     render = sub.add_parser(
@@ -117,7 +126,8 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
     from anydevice.compat_matrix.runner import run_probes
 
     problems: list[str] = []
-    chosen = catalog.select(catalog.all_probes(problems, modules=args.module), args.only)
+    every = catalog.all_probes(problems, modules=args.module)
+    chosen = catalog.select(every, args.only, args.target)
     for problem in problems:  # a plugin whose probe hook failed or hung is named, with or without --list
         print(f"warning: {problem}", file=sys.stderr)
     if args.list:
@@ -125,8 +135,16 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"{probe.group:<12} {probe.name:<34} {probe.description}")
         return 0
     if args.only is not None and not any(catalog.matches(p.name, p.group, args.only) for p in chosen):
+        elsewhere = sorted(
+            {
+                str(p.params.get("target"))
+                for p in every
+                if p.group == EXPORT_GROUP and catalog.matches(p.name, p.group, args.only)
+            }
+        )
+        where = f"; export probes run with --target {' or '.join(elsewhere)}" if elsewhere and args.target is None else ""
         print(
-            f"error: --only {args.only!r} matches no probe; `anydevice matrix probe --list` shows their names and groups",
+            f"error: --only {args.only!r} matches no probe{where}; `anydevice matrix probe --list` shows their names and groups",
             file=sys.stderr,
         )
         return 2
@@ -139,6 +157,7 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
         argv=argv[1:],
         modules=args.module,
         force=args.force,
+        target=args.target,
     )
     if not run.health.device_available:
         return 0  # an honest "device not here" result file is a successful run

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anydevice.compat_matrix.claims import Source, mismatch, origin, short
-from anydevice.compat_matrix.probe import GROUPS
+from anydevice.compat_matrix.probe import EXPORT_GROUP, GROUPS
 from anydevice.compat_matrix.schema import BROKEN, SIMULATED, WORKING, ProbeResult, ResultFileError, Run, Status, load_run
 from anydevice.contract.versions import TORCH_MINORS
 
@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from anydevice.compat_matrix.versions_table import VersionCell
 
 # The probe groups in page order; groups a plugin adds follow, by name.
-PAGE_ORDER: tuple[str, ...] = ("sanity", "placement", "compilation", "collectives", "profiling", "workloads", "dtypes", "ops")
+PAGE_ORDER: tuple[str, ...] = (
+    "sanity", "placement", "compilation", "collectives", "profiling", "workloads", "dtypes", "ops", EXPORT_GROUP,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class LoadedRun:
     def device(self) -> str:
         """The device identity diffs compare within: plugin, chip, simulated or not."""
         hw = self.run.hardware
+        if self.run.export is not None:
+            return f"{self.run.export.target} export / host {hw.chip or hw.device_type}"
         return f"{self.run.plugin.name} / {hw.chip or hw.device_type}" + (f" ({SIMULATED})" if hw.simulated else "")
 
     @property
@@ -215,6 +219,7 @@ def column_key(loaded: LoadedRun) -> tuple[str, ...]:
     run = loaded.run
     runtimes = ",".join(f"{k}={v}" for k, v in sorted(run.env.runtimes.items()))
     return (
+        f"{run.export.target} export" if run.export else "",
         run.plugin.name,
         run.hardware.chip or run.hardware.device_type,
         "simulated" if run.hardware.simulated else "real",
@@ -234,6 +239,8 @@ def _columns(runs: list[LoadedRun]) -> list[Column]:
     for n, key in enumerate(sorted(groups), start=1):
         first = groups[key][0].run
         label = f"{first.plugin.name} · {first.hardware.chip or first.hardware.device_type}"
+        if first.export is not None:  # not a device: the runtime's interpreter on the host
+            label = f"{first.export.target} export · on host CPU ({first.hardware.chip or first.hardware.device_type})"
         if first.hardware.simulated:
             label += f" ({SIMULATED})"
         versions = [f"anydevice {first.anydevice.version}", f"torch {first.env.torch or '?'}"]
@@ -344,11 +351,33 @@ class Tally:
         return [(key, self.counts[key]) for key in SEVERITY if self.counts[key]]
 
 
+NOT_APPLICABLE = "not this column's probes"
+"""A summary cell of a group that does not apply to the column (an export column's device groups, and back)."""
+EXPORT_NOTE = (
+    "an export column (`anydevice matrix probe --target litert`) is not a device: the model is converted for that "
+    "runtime and run in its interpreter on the host CPU, so it runs the sanity gate and the export probes only; "
+    "device columns never run the export probes"
+)
+"""What the legend says about export columns and the cells that do not apply."""
+
+
+def applies(row: Row, column: Column) -> bool:
+    """Whether ``row`` is a probe ``column`` runs: an export column the sanity gate and export probes, a device
+    column every other probe. The rest are shown untested and left out of the column's counts."""
+    export = column.runs[0].run.export is not None
+    return row.shim == "sanity" or (row.shim == EXPORT_GROUP) == export
+
+
+def shows(matrix: Matrix, row: Row, column: Column) -> bool:
+    """Whether ``column``'s cell for ``row`` is shown as a result: it applies, or some run of the column has one."""
+    return applies(row, column) or bool(matrix.cell(row.probe, column).entries)
+
+
 def tally(matrix: Matrix, column: Column, group: str | None = None) -> Tally:
-    """Counts over ``column``'s cells, all of them or one group's."""
+    """Counts over ``column``'s cells that apply to it (:func:`applies`), all of them or one group's."""
     result = Tally()
     for row in matrix.rows:
-        if group is None or row.shim == group:
+        if (group is None or row.shim == group) and applies(row, column):
             result.add(matrix.cell(row.probe, column))
     return result
 

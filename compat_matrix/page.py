@@ -19,6 +19,8 @@ from anydevice.compat_matrix import claims
 from anydevice.compat_matrix.claims import Source, origin
 from anydevice.compat_matrix.merge import (
     DISAGREE,
+    EXPORT_NOTE,
+    NOT_APPLICABLE,
     Cell,
     Column,
     Diff,
@@ -28,10 +30,11 @@ from anydevice.compat_matrix.merge import (
     build_matrix,
     cell_key,
     ran_pair,
+    shows,
     tally,
 )
 from anydevice.compat_matrix.render_md import render_markdown
-from anydevice.compat_matrix.runner import reproduce_command
+from anydevice.compat_matrix.runner import probe_command
 from anydevice.compat_matrix.schema import (
     CLAIM_MISMATCH_SYMBOL,
     DISAGREE_SYMBOL,
@@ -180,6 +183,8 @@ def page_view(matrix: Matrix) -> dict[str, Any]:
         "data": _data(matrix),
         "DISAGREE_SYMBOL": DISAGREE_SYMBOL,
         "CLAIM_MISMATCH_SYMBOL": CLAIM_MISMATCH_SYMBOL,
+        "NOT_APPLICABLE": NOT_APPLICABLE,
+        "EXPORT_NOTE": EXPORT_NOTE,
     }
 
 
@@ -232,6 +237,8 @@ def column_note(column: Column) -> str:
         return "unhealthy run: the sanity probe failed, other probes untested"
     if any(r.hardware.simulated for r in runs):
         return "simulated vendor module: tests the plugin's code paths, not the hardware"
+    if runs[0].export is not None:
+        return f"export target, not a device: {runs[0].export.runs_on}"
     return ""
 
 
@@ -254,9 +261,9 @@ def _summary_row(matrix: Matrix, column: Column) -> dict[str, Any]:
                 "group": group,
                 "anchor": group_anchor(group),
                 "worst": t.worst,
-                "symbol": _symbol(t.worst),
-                "label": _short_label(t.worst),
-                "passes": _passes(t),
+                "symbol": _symbol(t.worst) if t.total else "·",
+                "label": _short_label(t.worst) if t.total else NOT_APPLICABLE,
+                "passes": _passes(t) if t.total else "",
                 "sources": _failure_sources(t),
             }
         )
@@ -302,7 +309,10 @@ def _table(matrix: Matrix) -> list[dict[str, Any]]:
             {
                 "row": row,
                 "statuses": " ".join(sorted({cell_key(c) for c in cells} | mismatch)),
-                "cells": [_cell(row.probe, column, cell) for column, cell in zip(matrix.columns, cells, strict=True)],
+                "cells": [
+                    _cell(row.probe, column, cell) if shows(matrix, row, column) else _not_applicable(row.probe, column)
+                    for column, cell in zip(matrix.columns, cells, strict=True)
+                ],
             }
         )
     return groups
@@ -327,6 +337,12 @@ def _cell(probe: str, column: Column, cell: Cell) -> dict[str, Any]:
         "sources": ", ".join(cell.origins),
         "evidence": [_evidence(probe, loaded, result) for loaded, result in cell.entries],
     }
+
+
+def _not_applicable(probe: str, column: Column) -> dict[str, Any]:
+    """A cell of a probe the column does not run (a device probe in an export column, or back)."""
+    cell = {"key": "untested", "column": column, "probe": probe, "symbol": "·", "text": NOT_APPLICABLE}
+    return {**cell, "claim": None, "sources": "", "evidence": []}
 
 
 def _evidence(probe: str, loaded: LoadedRun, result: ProbeResult) -> dict[str, Any]:
@@ -366,7 +382,7 @@ def _evidence(probe: str, loaded: LoadedRun, result: ProbeResult) -> dict[str, A
     ]
     return {
         "rows": rows,
-        "command": reproduce_command(run.invocation.ANYDEVICE or run.plugin.name, ["--only", probe]),
+        "command": probe_command(run, probe),
         "log": result.log[-LOG_EXCERPT:] if result.log else "",
     }
 

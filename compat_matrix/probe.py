@@ -24,9 +24,20 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from anydevice.compat_matrix.execute import ProbeContext
 
-GROUPS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops", "workloads")
-"""The groups probes belong to: the four shims, dtypes, common ops and real workloads (plus the gate).
-A result file calls a probe's group its ``shim``."""
+GROUPS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops", "workloads", "export")
+"""The groups probes belong to: the four shims, dtypes, common ops and real workloads (plus the gate), and
+export to edge runtimes. A result file calls a probe's group its ``shim``."""
+
+EXPORT_GROUP: Final = "export"
+"""The group of export probes: they run only for an export target (``anydevice matrix probe --target litert``)."""
+
+EXPORT_TARGETS: Final[dict[str, tuple[str, ...]]] = {"litert": ("litert-torch", "ai-edge-litert")}
+"""Export targets (``ad.export(target=...)``) and the packages whose versions an export run records."""
+
+EXPORT_RUNS_ON: Final[dict[str, str]] = {
+    "litert": "converted with litert-torch, run in LiteRT's CPU interpreter (ai-edge-litert) on the host CPU"
+}
+"""Where an export target's probes run: not a device plugin, the runtime's own interpreter on this host."""
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,99}$")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from anydevice.compat_matrix import claims
+from anydevice.compat_matrix import claims, merge
 from anydevice.compat_matrix.claims import origin
 from anydevice.compat_matrix.merge import DISAGREE, Cell, Column, Diff, Matrix, Tally, ran_pair, tally
-from anydevice.compat_matrix.runner import reproduce_command
+from anydevice.compat_matrix.runner import probe_command
 from anydevice.compat_matrix.schema import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING, Status, shown
 from anydevice.compat_matrix.versions_table import plugin_versions
 
@@ -70,6 +70,7 @@ def render_markdown(matrix: Matrix) -> str:
         "- from the device / plugin / vendor package / simulation / harness: where a failure comes from. "
         "A simulation's failure is a feature the simulated vendor module lacks: it tests the plugin's code "
         "paths and says nothing about the real hardware",
+        f"- · {merge.NOT_APPLICABLE}: {merge.EXPORT_NOTE}",
         "",
     ]
     if matrix.columns:
@@ -87,7 +88,10 @@ def render_markdown(matrix: Matrix) -> str:
         out.append("| probe | " + " | ".join(f"{c.id}: {md(c.label)}" for c in matrix.columns) + " |")
         out.append("|---|" + "---|" * len(matrix.columns))
         for row in rows:
-            cells = [md(_cell_text(matrix.cell(row.probe, c))) for c in matrix.columns]
+            cells = [
+                md(_cell_text(matrix.cell(row.probe, c)) if merge.shows(matrix, row, c) else f"· {merge.NOT_APPLICABLE}")
+                for c in matrix.columns
+            ]
             out.append(f"| {md(row.probe)} | " + " | ".join(cells) + " |")
         out.append("")
     out += _claims(matrix)
@@ -114,7 +118,7 @@ def _summary(matrix: Matrix) -> list[str]:
         cells = []
         for group in groups:
             t = tally(matrix, column, group)
-            cells.append(md(f"{_label(t.worst)}: {t.working}/{t.total} work"))
+            cells.append(md(f"{_label(t.worst)}: {t.working}/{t.total} work" if t.total else merge.NOT_APPLICABLE))
         head = md(f"{column.id}: {column.label} ({overall.working}/{overall.total} work)")
         lines.append(f"| {head} | " + " | ".join(cells) + " |")
     return [*lines, ""]
@@ -189,7 +193,7 @@ def _problems(matrix: Matrix) -> list[str]:
             for loaded, result in matrix.cell(row.probe, column).entries:
                 if result.status in WORKING or result.status in (Status.SKIP, Status.UNTESTED):
                     continue
-                command = reproduce_command(loaded.run.invocation.ANYDEVICE or loaded.run.plugin.name, ["--only", row.probe])
+                command = probe_command(loaded.run, row.probe)
                 found = origin(loaded.run, result)
                 source = f" Comes from the {found.source.value}: {md(found.why)}." if found else ""
                 lines.append(

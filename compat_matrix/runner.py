@@ -30,6 +30,7 @@ from anydevice.compat_matrix.schema import (
     SCHEMA_VERSION,
     AnydeviceInfo,
     EnvInfo,
+    ExportTarget,
     Hardware,
     Health,
     Invocation,
@@ -85,6 +86,7 @@ def run_probes(
     progress: ProbeProgress | None = None,
     python: str = sys.executable,
     force: bool = False,
+    target: str | None = None,
 ) -> Run:
     """Run the probes (``only``: see :func:`catalog.matches`) on the selected device; write ``out``.
 
@@ -92,14 +94,16 @@ def run_probes(
     :param simulated: force (or deny) "fake" results; None reads the plugin's declaration.
     :param modules: extra importable modules whose ``PROBES`` lists join the catalogue.
     :param force: replace ``out`` even when it is not an earlier result file.
+    :param target: an export target (``"litert"``): its export probes instead of the device's, on the host CPU.
     """
+    worker_env = _export_env(target)
     if out is not None:
         check_out(out, force=force)  # before any probe runs: an hour of probes must not end in "cannot write"
     started = datetime.now(timezone.utc)
     clock = time.perf_counter()
     problems: list[str] = []
     every = catalog.all_probes(problems, modules=modules)
-    probes = catalog.select(every, only)
+    probes = catalog.select(every, only, target)
     progress = progress or ProbeProgress(len(probes))
     progress.total = len(probes)
     progress.expect([(p.name, p.group) for p in probes], _earlier_durations(out))
@@ -108,9 +112,8 @@ def run_probes(
     starts_without_progress = 0
     while pending and state.setup_error is None and state.gated is None:
         done_before = len(state.results)
-        _run_worker(
-            pending, state, probes, timeout, {"seed": seed, "simulated": simulated, "modules": list(modules)}, progress, python
-        )
+        request = {"seed": seed, "simulated": simulated, "modules": list(modules), "target": target}
+        _run_worker(pending, state, probes, timeout, request, progress, python, worker_env)
         pending = [p.name for p in probes if p.name not in state.results]
         starts_without_progress = 0 if len(state.results) > done_before else starts_without_progress + 1
         if pending and starts_without_progress >= MAX_WORKER_STARTS_WITHOUT_PROGRESS:
@@ -127,6 +130,24 @@ def run_probes(
         dump_run(run, out, force=force)
     progress.summary(run, time.perf_counter() - clock, str(out) if out else None)
     return run
+
+
+def _export_env(target: str | None) -> dict[str, str]:
+    """The worker's extra environment: an export target's probes convert and interpret on the host CPU."""
+    if target is None:
+        return {}
+    from anydevice.compat_matrix.probe import EXPORT_TARGETS
+    from anydevice.errors import AnyDeviceError
+
+    if target not in EXPORT_TARGETS:
+        raise AnyDeviceError(f"Unknown export target {target!r}.", "Export targets: " + ", ".join(EXPORT_TARGETS) + ".")
+    selected = os.environ.get("ANYDEVICE", "").strip()
+    if selected not in ("", "cpu"):
+        raise AnyDeviceError(
+            f"--target {target} probes export on the host CPU, but ANYDEVICE={selected} selects another device.",
+            f"Unset ANYDEVICE (or set ANYDEVICE=cpu) for --target {target}; run the device's own probes without --target.",
+        )
+    return {"ANYDEVICE": "cpu"}
 
 
 def check_out(out: Path, *, force: bool = False) -> None:
@@ -165,6 +186,7 @@ def _run_worker(
     request: dict[str, Any],
     progress: ProbeProgress,
     python: str,
+    extra_env: dict[str, str],
 ) -> None:
     """One worker over ``names``; returns when it finishes, crashes or is killed for a timeout.
 
@@ -173,7 +195,7 @@ def _run_worker(
     the probe that is running.
     """
     by_name = {p.name: p for p in probes}
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **extra_env)
     message = worker.encode("request", probes=names, **request)
     current: str | None = None
     stage = Stage.EXECUTE
@@ -303,9 +325,9 @@ def _assemble(
                 _synthetic(probe, Status.HARNESS_ERROR, "not run: " + (state.notices[-1] if state.notices else "worker stopped"))
             )
     backend = state.backend or {}
-    if state.backend is not None:  # a device was selected: set its plugin's claims against every probe
-        results = claims.with_claims(results, backend.get("unsupported") or {})
     env = state.env
+    if state.backend is not None and not env.get("export"):  # a device's run: set its plugin's claims against every probe
+        results = claims.with_claims(results, backend.get("unsupported") or {})
     requested = env.get("ANYDEVICE") or os.environ.get("ANYDEVICE")
     sanity = state.results.get(catalog.SANITY_NAME)
     sanity_ok = sanity is not None and sanity.status in _OK
@@ -318,10 +340,13 @@ def _assemble(
         note = "; ".join([*(n for n in [note] if n), *state.notices])
     versions: dict[str, str] = dict(backend.get("versions") or {})
     versions.pop("torch", None)
+    export = env.get("export")
+    versions.update(export["versions"] if export else {})
     is_fake = backend.get("simulated", False) if simulated is None else simulated
+    name = f"{export['target']}-export" if export else backend.get("name") or requested or "auto"
     return Run(
         schema_version=SCHEMA_VERSION,
-        run_id=f"{backend.get('name') or requested or 'auto'}-{started:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}",
+        run_id=f"{name}-{started:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}",
         started_at=started,
         finished_at=datetime.now(timezone.utc),
         anydevice=AnydeviceInfo(version=str(env.get("anydevice") or "unknown"), git_sha=_git_sha()),
@@ -347,6 +372,7 @@ def _assemble(
         invocation=Invocation(argv=list(argv), ANYDEVICE=requested, seed=seed, command=reproduce_command(requested, argv)),
         health=Health(sanity_passed=sanity_ok, device_available=setup is None, note=bounded(note, MAX_MESSAGE)),
         results=results,
+        export=ExportTarget.model_validate(export) if export else None,
     )
 
 
@@ -354,6 +380,12 @@ def reproduce_command(anydevice_env: str | None, argv: Sequence[str]) -> str:
     """The one-line shell command that reruns a probe invocation."""
     prefix = f"ANYDEVICE={shlex.quote(anydevice_env)} " if anydevice_env else ""
     return prefix + shlex.join(["anydevice", "matrix", "probe", *argv])
+
+
+def probe_command(run: Run, probe: str) -> str:
+    """The command that reruns one probe of ``run`` the way it ran (on its device, or for its export target)."""
+    target = ["--target", run.export.target] if run.export is not None else []
+    return reproduce_command(run.invocation.ANYDEVICE or run.plugin.name, [*target, "--only", probe])
 
 
 def _git_sha() -> str | None:

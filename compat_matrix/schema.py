@@ -205,6 +205,18 @@ class Health(_Model):
     note: str | None = Field(default=None, max_length=MAX_MESSAGE)
 
 
+class ExportTarget(_Model):
+    """An export target's run (``matrix probe --target litert``): not a device plugin, the runtime on the host CPU.
+
+    The plugin and hardware of such a run are the host's (``cpu``), where the conversion and the runtime's
+    interpreter ran; this says which runtime, how, and the versions of its packages.
+    """
+
+    target: str = Field(min_length=1, max_length=50)
+    runs_on: str = Field(max_length=MAX_REASON)
+    versions: dict[str, str] = Field(default_factory=dict)
+
+
 class Run(_Model):
     """One probe run on one machine: environment, health and every probe's result."""
 
@@ -219,6 +231,8 @@ class Run(_Model):
     invocation: Invocation
     health: Health
     results: list[ProbeResult]
+    export: ExportTarget | None = None
+    """Set for an export target's run (its column says so); None for a device's run."""
 
     @model_validator(mode="after")
     def _unique_probes(self) -> Run:

@@ -1,6 +1,7 @@
 """The probe worker: ``python -m anydevice.compat_matrix.worker --channel FD`` runs probes and reports on FD.
 
-It reads one JSON request on stdin (``{"probes": [...], "seed": 0, "simulated": null}``),
+It reads one JSON request on stdin (``{"probes": [...], "seed": 0, "simulated": null, "target": null}``;
+``target`` names an export target, whose packages' versions it reports with the environment),
 selects the device the way any anydevice program does (``ANYDEVICE``), then runs the probes in
 order, writing protocol messages (:func:`encode`). When selection fails it reports ``setup_error``
 with a verdict: ``skip`` (the device is simply not here) or ``fail`` (the vendor stack is broken).
@@ -108,6 +109,14 @@ def base_env() -> dict[str, Any]:
     }
 
 
+def export_env(target: str) -> dict[str, Any]:
+    """An export target's run described for the result file: what runs where, and its packages' versions."""
+    from anydevice.compat_matrix.probe import EXPORT_RUNS_ON, EXPORT_TARGETS
+
+    versions = {dist: _version(dist) for dist in EXPORT_TARGETS[target]}
+    return {"target": target, "runs_on": EXPORT_RUNS_ON[target], "versions": {k: v for k, v in versions.items() if v}}
+
+
 def backend_env(backend: Any) -> dict[str, Any]:
     """The selected backend described for the result file."""
     vendor_package = None
@@ -161,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     channel = _Channel(_channel_fd(sys.argv[1:] if argv is None else argv))
     request = json.loads(sys.stdin.readline() or "{}")
     env = base_env()
+    if request.get("target"):
+        env["export"] = export_env(str(request["target"]))
     try:
         import torch
 

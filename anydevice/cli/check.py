@@ -141,13 +141,10 @@ def render(report: Any) -> str:
         f"{len(obs.ops)} ATen ops ({len(obs.core_aten)} core ATen in the forward); dtypes {', '.join(obs.dtypes) or 'none'}"
         + (f"; {mem.total / 2**20:.1f} MiB per replica" if mem else ""),
     ]
-    rank = {"error": 0, "warning": 1, "info": 2}
+    from anydevice.preflight.text import findings_block
+
     for t in report.targets:
-        lines += ["", f"{t.target}: {t.summary.upper()}"]
-        for f in sorted(t.findings, key=lambda f: rank[f.severity]):
-            lines.append(f"  {f.severity:<7} {f.check:<11} {f.message}" + (f"  ({f.line})" if f.line else ""))
-        for i, fix in enumerate(t.fixes, 1):
-            lines.append(f"  fix {i}: {fix}")
+        lines += ["", f"{t.target}: {t.summary.upper()}", *findings_block(t.findings, t.fixes)]
         lines.append(f"  sources: {'; '.join(t.sources)}")
     return "\n".join(lines)
 

@@ -3,22 +3,20 @@
 The model comes from a script that defines ``anydevice_export(checkpoint)`` returning ``(model,
 example_inputs)``: given a script, it is called with ``None``; given a checkpoint file (``ad.save``),
 the checkpoint is loaded with ``ad.load`` and passed to the hook of the script named by ``--script``
-(``examples/train.py`` for the main job's checkpoints).
+(``examples/train.py`` for the main job's checkpoints). A model that cannot convert exits 2 with what
+could not convert printed as ``anydevice check`` prints a finding (:mod:`anydevice.preflight.text`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from anydevice.edge.script import HOOK, load_model
 from anydevice.errors import ExportError
-
-HOOK = "anydevice_export"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +43,13 @@ def main(argv: Sequence[str]) -> int:
     model, example_inputs = load_model(args.source, args.script)
     import anydevice as ad
 
-    exported = ad.export(model, example_inputs, target=args.target, path=args.out, quantize=args.quantize)
+    try:
+        exported = ad.export(model, example_inputs, target=args.target, path=args.out, quantize=args.quantize)
+    except ExportError as exc:
+        if exc.finding is None:
+            raise
+        print(refusal(exc, args.target, as_json=args.json), file=sys.stdout if args.json else sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(exported.as_dict(), indent=2, sort_keys=True))
     else:
@@ -53,49 +57,14 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def load_model(source: Path, script: Path | None) -> tuple[Any, Any]:
-    """``(model, example_inputs)`` from a script's hook, given the loaded checkpoint when ``source`` is one."""
-    if not source.exists():
-        raise ExportError(f"Cannot export {source}: no such file.")
-    if source.is_dir():
-        raise ExportError(
-            f"Cannot export {source}: it is a directory (a sharded ad.checkpoint).",
-            f"Load it into the model in a script and export from there: its {HOOK}(None) returns (model, example_inputs).",
-        )
-    if source.suffix == ".py":
-        return _call_hook(source, None)
-    if script is None:
-        raise ExportError(
-            f"{source} is a checkpoint: anydevice export needs the script that builds its model.",
-            f"Pass --script PY, a file defining {HOOK}(checkpoint) -> (model, example_inputs) "
-            "(examples/train.py for the main job's checkpoints).",
-        )
-    import anydevice as ad
+def refusal(error: ExportError, target: str, *, as_json: bool = False) -> str:
+    """What could not convert, printed as ``anydevice check`` prints a finding (``--json``: its schema's fields)."""
+    from anydevice.preflight.schema import Finding
+    from anydevice.preflight.text import findings_block
 
-    return _call_hook(script, ad.load(source))
-
-
-def _call_hook(script: Path, checkpoint: Any) -> tuple[Any, Any]:
-    hook = _load_hook(script)
-    result = hook(checkpoint)
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise ExportError(f"{script}: {HOOK}() must return (model, example_inputs), got {type(result).__name__}.")
-    return result[0], result[1]
-
-
-def _load_hook(script: Path) -> Callable[[Any], Any]:
-    if not script.is_file():
-        raise ExportError(f"Cannot load {script}: no such file.")
-    spec = importlib.util.spec_from_file_location(f"_anydevice_export_{script.stem}", script)
-    if spec is None or spec.loader is None:
-        raise ExportError(f"Cannot load {script} as a Python module.")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and pickles look their module up here
-    spec.loader.exec_module(module)
-    hook = getattr(module, HOOK, None)
-    if not callable(hook):
-        raise ExportError(
-            f"{script} defines no {HOOK}().",
-            f"Add def {HOOK}(checkpoint): ... return model, example_inputs (checkpoint is None for a script alone).",
-        )
-    return hook  # type: ignore[no-any-return]
+    finding = error.finding
+    assert isinstance(finding, Finding), "export refusals carry check's finding"
+    if as_json:
+        return json.dumps({"target": target, "written": False, "findings": [finding.model_dump()]}, indent=2)
+    head = f"anydevice export: {target}: WILL NOT CONVERT (nothing was written)"
+    return "\n".join([head, *findings_block([finding])])

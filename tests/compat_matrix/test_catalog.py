@@ -7,7 +7,7 @@ import types
 import pytest
 
 from anydevice.compat_matrix import catalog
-from anydevice.compat_matrix.probe import GROUPS, Probe
+from anydevice.compat_matrix.probe import EXPORT_GROUP, GROUPS, Probe
 from anydevice.contract.hookspecs import hookimpl
 from anydevice.runtime.registry import Registry, reset_registry
 
@@ -33,7 +33,18 @@ def test_select_keeps_sanity_first_and_matches_globs_substrings_and_shims() -> N
     assert {p.group for p in catalog.select(probes, "collectives")} == {"sanity", "collectives"}
     picked = [p.name for p in catalog.select(probes, "dtype_float*, sdpa")]
     assert picked[0] == "sanity" and "sdpa" in picked and "dtype_float16" in picked and "matmul" not in picked
-    assert len(catalog.select(probes, None)) == len(probes)
+    assert len(catalog.select(probes, None)) == len([p for p in probes if p.group != EXPORT_GROUP])
+
+
+def test_export_probes_run_only_for_their_export_target() -> None:
+    probes = catalog.builtin_probes()
+    device = catalog.select(probes, None)
+    litert = catalog.select(probes, None, target="litert")
+    assert EXPORT_GROUP not in {p.group for p in device}
+    assert litert[0].name == catalog.SANITY_NAME and len(litert) >= 6
+    assert {p.group for p in litert[1:]} == {EXPORT_GROUP} and {p.params["target"] for p in litert[1:]} == {"litert"}
+    assert [p.name for p in catalog.select(probes, "svd", target="litert")] == ["sanity", "export_litert_linalg_svd"]
+    assert catalog.select(probes, "export_litert", target=None) == [probes[0]]  # only sanity: they need --target
 
 
 @pytest.mark.parametrize("name", ["Upper", "has space", "", "x" * 101])

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from anydevice.preflight.schema import Finding
+from anydevice.preflight.text import finding_line, findings_block
 from tests.utils import TRAIN, anydevice_cli, python
 
 pytestmark = pytest.mark.litert
@@ -19,6 +21,44 @@ def anydevice_export(checkpoint):
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2)), (torch.randn(4, 8),)
 """
+
+
+SVD_SCRIPT = """
+import torch
+
+class Svd(torch.nn.Module):
+    def forward(self, x):
+        return torch.linalg.svd(x)[1]
+
+def anydevice_export(checkpoint):
+    return Svd(), (torch.randn(4, 4),)
+"""
+
+
+def test_what_cannot_convert_is_printed_as_check_prints_a_finding(tmp_path: Path) -> None:
+    script = tmp_path / "svd.py"
+    script.write_text(SVD_SCRIPT)
+    out = tmp_path / "m.tflite"
+    proc = anydevice_cli("export", str(script), "--out", str(out))
+    finding = Finding(
+        check="ops",
+        severity="error",
+        message="the op aten._linalg_svd has no LiteRT lowering",
+        line=f"{script}:6",
+        fix="Replace aten._linalg_svd in the model's forward with ops LiteRT has (docs/export.md lists what converts), "
+        "or compute it outside the exported module.",
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-3:] == [
+        "anydevice export: litert: WILL NOT CONVERT (nothing was written)",
+        *findings_block([finding]),
+    ]
+    assert findings_block([finding])[0] == finding_line(finding)  # the line `anydevice check` prints for a finding
+    proc = anydevice_cli("export", str(script), "--out", str(out), "--json")
+    assert proc.returncode == 2, proc.stderr
+    refused = json.loads(proc.stdout)
+    assert refused["written"] is False and [Finding.model_validate(f) for f in refused["findings"]] == [finding]
+    assert not out.exists()
 
 
 def test_export_from_a_script_prints_what_it_wrote(tmp_path: Path) -> None:

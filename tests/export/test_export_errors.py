@@ -76,3 +76,27 @@ def test_cli_errors_are_one_message_and_exit_2(tmp_path: Path) -> None:
         proc = anydevice_cli("export", *args, "--out", str(tmp_path / "m.tflite"))
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
     assert not (tmp_path / "m.tflite").exists()
+
+
+class _ValueBranch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:  # BRANCH: Python control flow on a tensor's value
+            return x * 2
+        return x
+
+
+def test_what_torch_export_refuses_is_the_finding_check_reports() -> None:
+    from anydevice.edge.diagnose import conversion_error, source_files
+    from anydevice.preflight.text import finding_line
+
+    model = _ValueBranch()
+    with pytest.raises(Exception) as caught:  # torch.export itself, the converter's first step (no litert-torch needed)
+        torch.export.export(model, (torch.randn(4, 4),))
+    error = conversion_error(caught.value, source_files([model]), "litert")
+    line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# BRANCH:" in text)
+    assert error.finding is not None
+    assert (error.finding.check, error.finding.severity, error.finding.line) == ("capture", "error", f"{__file__}:{line}")
+    assert error.construct == "a data-dependent branch (Python control flow on a tensor's value)" == error.finding.message
+    where = f"{__file__}:{line}"
+    assert str(error).startswith(f"Cannot export the model to litert: {error.construct} at {where}. Nothing was written.")
+    assert finding_line(error.finding) == f"  error   capture     {error.construct}  ({__file__}:{line})"

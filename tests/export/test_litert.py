@@ -54,23 +54,10 @@ def test_the_main_jobs_model_exports_and_matches_pytorch_in_litert(tmp_path: Pat
 
 
 def test_a_small_transformers_model_exports_and_matches(tmp_path: Path) -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from anydevice.compat_matrix.probes_export import tiny_hf_llama
 
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, use_cache=False,
-    )  # fmt: skip
-
-    class CausalLMLogits(torch.nn.Module):
-        def __init__(self, model: torch.nn.Module) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            return self.model(input_ids=ids, use_cache=False).logits  # type: ignore[no-any-return]
-
-    model = CausalLMLogits(LlamaForCausalLM(config))
+    model = tiny_hf_llama()  # the matrix's export_litert_hf_llama probe model
     ids = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(1))
     exported = ad.export(model, ids, path=tmp_path / "hf.tflite")
     assert exported.check is not None and exported.check.passed and exported.check.max_abs_error < FP32
@@ -122,6 +109,9 @@ def test_an_op_litert_lacks_is_one_clear_error_naming_it_and_its_line(tmp_path: 
     assert error.construct == "the op aten._linalg_svd has no LiteRT lowering"
     assert error.where == _line_of("torch.linalg.svd(x)[1]")
     assert str(error).startswith(f"Cannot export the model to litert: {error.construct} at {error.where}. Nothing was written.")
+    assert error.finding is not None  # the finding `anydevice check` reports, filed under its "ops" check
+    assert (error.finding.check, error.finding.severity, error.finding.line) == ("ops", "error", error.where)
+    assert error.finding.fix is not None and error.finding.fix.startswith("Replace aten._linalg_svd")
     assert entries(tmp_path) == []
 
 
