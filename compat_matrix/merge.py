@@ -98,11 +98,22 @@ class Cell:
 
     @property
     def status(self) -> Status | None:
-        """The agreed status (untested when nobody probed), None on disagreement."""
+        """The agreed status (untested when nobody probed), None on disagreement.
+
+        A skip beside runs that did run the probe is no disagreement: the skipping run could not try it (a library
+        its lane lacks, e.g. vLLM outside the serve lane), the others did; the cell is what they saw, the skip counted.
+        """
         found = self.statuses
         if not found:
             return Status.UNTESTED
-        return found[0] if len(found) == 1 else None
+        ran = [s for s in found if s is not Status.SKIP] or found
+        return ran[0] if len(ran) == 1 else None
+
+    @property
+    def skipped_beside(self) -> str:
+        """``, N run(s) skipped`` when runs skipped the probe beside runs that ran it (empty otherwise)."""
+        skips = sum(r.status is Status.SKIP for _, r in self.entries)
+        return f", {skips} run(s) skipped" if 0 < skips < len(self.entries) else ""
 
     def counts(self) -> list[tuple[Status, int]]:
         """How many runs saw each status."""
