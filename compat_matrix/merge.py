@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -289,14 +289,28 @@ def diff_runs(old: LoadedRun, new: LoadedRun) -> Diff:
     return diff
 
 
+def selection(loaded: LoadedRun) -> str:
+    """The probes a run was asked for (its ``--only``), empty for every probe."""
+    argv = loaded.run.invocation.argv
+    for i, arg in enumerate(argv):
+        if arg.startswith("--only="):
+            return arg.partition("=")[2]
+        if arg == "--only" and i + 1 < len(argv):
+            return argv[i + 1]
+    return ""
+
+
 def _diffs(runs: list[LoadedRun]) -> list[Diff]:
+    """Consecutive runs of one device and one probe selection: a lane's ``--only`` run (the serve lane's ``serve_vllm``)
+    is no step in the history of the device's full runs, nor they in its."""
     by_device: dict[str, list[LoadedRun]] = {}
     for loaded in runs:
-        by_device.setdefault(loaded.device, []).append(loaded)
+        only = selection(loaded)
+        by_device.setdefault(loaded.device + (f" (--only {only})" if only else ""), []).append(loaded)
     diffs = []
     for device in sorted(by_device):
         history = by_device[device]
-        diffs += [diff_runs(a, b) for a, b in itertools.pairwise(history)]
+        diffs += [replace(diff_runs(a, b), device=device) for a, b in itertools.pairwise(history)]
     return diffs
 
 

