@@ -141,6 +141,11 @@ SLURM_NODEID: Final = Setting("SLURM_NODEID", "Set by srun: the task's node inde
 SLURM_TASKS_PER_NODE: Final = Setting(
     "SLURM_TASKS_PER_NODE", "Set by SLURM: tasks per node (`2(x3),1`); gives the local world size.", owner="SLURM"
 )
+SLURM_NTASKS_PER_NODE: Final = Setting(
+    "SLURM_NTASKS_PER_NODE",
+    "Set by SLURM for --ntasks-per-node: the local world size when SLURM_TASKS_PER_NODE is absent.",
+    owner="SLURM",
+)
 TORCHELASTIC_RESTART_COUNT: Final = Setting(
     "TORCHELASTIC_RESTART_COUNT",
     "Set by torch elastic (`anydevice run --max-restarts`, torchrun): how many times the group was restarted. "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -102,11 +102,22 @@ class Cell:
 
     @property
     def status(self) -> Status | None:
-        """The agreed status (untested when nobody probed), None on disagreement."""
+        """The agreed status (untested when nobody probed), None on disagreement.
+
+        A skip beside runs that did run the probe is no disagreement: the skipping run could not try it (a library
+        its lane lacks, e.g. vLLM outside the serve lane), the others did; the cell is what they saw, the skip counted.
+        """
         found = self.statuses
         if not found:
             return Status.UNTESTED
-        return found[0] if len(found) == 1 else None
+        ran = [s for s in found if s is not Status.SKIP] or found
+        return ran[0] if len(ran) == 1 else None
+
+    @property
+    def skipped_beside(self) -> str:
+        """``, N run(s) skipped`` when runs skipped the probe beside runs that ran it (empty otherwise)."""
+        skips = sum(r.status is Status.SKIP for _, r in self.entries)
+        return f", {skips} run(s) skipped" if 0 < skips < len(self.entries) else ""
 
     def counts(self) -> list[tuple[Status, int]]:
         """How many runs saw each status."""
@@ -285,14 +296,28 @@ def diff_runs(old: LoadedRun, new: LoadedRun) -> Diff:
     return diff
 
 
+def selection(loaded: LoadedRun) -> str:
+    """The probes a run was asked for (its ``--only``), empty for every probe."""
+    argv = loaded.run.invocation.argv
+    for i, arg in enumerate(argv):
+        if arg.startswith("--only="):
+            return arg.partition("=")[2]
+        if arg == "--only" and i + 1 < len(argv):
+            return argv[i + 1]
+    return ""
+
+
 def _diffs(runs: list[LoadedRun]) -> list[Diff]:
+    """Consecutive runs of one device and one probe selection: a lane's ``--only`` run (the serve lane's ``serve_vllm``)
+    is no step in the history of the device's full runs, nor they in its."""
     by_device: dict[str, list[LoadedRun]] = {}
     for loaded in runs:
-        by_device.setdefault(loaded.device, []).append(loaded)
+        only = selection(loaded)
+        by_device.setdefault(loaded.device + (f" (--only {only})" if only else ""), []).append(loaded)
     diffs = []
     for device in sorted(by_device):
         history = by_device[device]
-        diffs += [diff_runs(a, b) for a, b in itertools.pairwise(history)]
+        diffs += [replace(diff_runs(a, b), device=device) for a, b in itertools.pairwise(history)]
     return diffs
 
 

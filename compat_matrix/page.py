@@ -323,7 +323,7 @@ def _cell(probe: str, column: Column, cell: Cell) -> dict[str, Any]:
     if status is None:
         symbol, text = DISAGREE_SYMBOL, "disagree: " + ", ".join(f"{LABEL[s]} ×{n}" for s, n in cell.counts())
     else:
-        symbol, text = SYMBOL[status], LABEL[status] + (f" at {cell.stages}" if cell.stages else "")
+        symbol, text = SYMBOL[status], LABEL[status] + (f" at {cell.stages}" if cell.stages else "") + cell.skipped_beside
     claim = None
     if cell.claim:
         claim = {"mismatch": cell.contradicts, "text": cell.claim if cell.contradicts else f"({cell.claim})"}
@@ -397,6 +397,7 @@ def env_line(loaded: LoadedRun) -> str:
     if run.plugin.vendor_package:
         parts.append(f"{run.plugin.vendor_package} {run.plugin.vendor_version or '?'}")
     parts += [f"{k} {v}" for k, v in sorted(run.env.runtimes.items()) if k != run.plugin.vendor_package]
+    parts += [f"{k} {v}" for k, v in sorted(run.env.packages.items())]
     hw = run.hardware
     parts += [
         f"chip {hw.chip or 'unknown'} x{hw.device_count}" + (f" ({SIMULATED})" if hw.simulated else ""),

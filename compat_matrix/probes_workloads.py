@@ -227,8 +227,19 @@ def _tiny_vllm_model(directory: Any) -> None:
     LlamaForCausalLM(config).save_pretrained(directory)
 
 
+def _vllm_route(ctx: ProbeContext) -> None:
+    """Skip, saying why, where the selected device's plugin declares that vLLM cannot serve it (no platform, no plugin)."""
+    from anydevice.integrations._serving import VLLM, declared_serving
+
+    name = ctx.api("backend")().name
+    declared = declared_serving(VLLM, name)
+    if not declared.platforms and not declared.plugins:
+        raise Skip(f"vLLM cannot serve {name}: {declared.hint or 'its plugin declares no vLLM platform'}")
+
+
 def serve_vllm(ctx: ProbeContext) -> None:
     """vLLM generates on the selected device through anydevice's platform plugin (offline ``vllm.LLM``)."""
+    _vllm_route(ctx)  # before the install check: no vLLM build serves such a device
     _need("vllm", "transformers", "tokenizers")
     model = ctx.tmp / "tiny-llama"
     _tiny_vllm_model(model)

@@ -42,7 +42,7 @@ def _cell_text(cell: Cell) -> str:
     if status is None:
         text = f"{DISAGREE_SYMBOL} disagree (" + ", ".join(f"{LABEL[s]} ×{n}" for s, n in cell.counts()) + ")"
     else:
-        text = f"{SYMBOL[status]} {LABEL[status]}" + (f" at {cell.stages}" if cell.stages else "")
+        text = f"{SYMBOL[status]} {LABEL[status]}" + (f" at {cell.stages}" if cell.stages else "") + cell.skipped_beside
     if cell.claim:
         text += f" {CLAIM_MISMATCH_SYMBOL} {cell.claim}" if cell.contradicts else f" ({cell.claim})"
     return text + (f", {', '.join(cell.origins)}" if cell.origins else "")

@@ -361,6 +361,7 @@ def _assemble(
             torch=env.get("torch"),
             os=str(env.get("os") or platform.platform(terse=True)),
             runtimes=versions,
+            packages={str(k): str(v) for k, v in dict(env.get("packages") or {}).items()},
         ),
         hardware=Hardware(
             device_type=str(backend.get("device_type") or requested or "unknown"),

@@ -176,6 +176,9 @@ class EnvInfo(_Model):
     torch: str | None = None
     os: str
     runtimes: dict[str, str] = Field(default_factory=dict)
+    packages: dict[str, str] = Field(default_factory=dict)
+    """Versions of the libraries the workload probes drive (transformers, vLLM, ...) that were installed: provenance
+    only, not part of the column key (a run in another lane's venv with the same torch and device joins its column)."""
 
 
 class Hardware(_Model):

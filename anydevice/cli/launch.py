@@ -351,7 +351,9 @@ def _plan(args: argparse.Namespace) -> tuple[LaunchSpec, Backend, str]:
     with _environment(env):  # the parent loads what the children will (no unselected autoload)
         backend = load_backend(choice, registry)
     env.update(_integrations_env(backend))
-    rank_env = {} if command else _launch_envs(registry, choice.name, nproc)
+    task = getattr(args, "srun_task", None)  # an srun task (slurm_env.srun_launch): the node's other tasks' ranks count
+    first, local_world = slurm_env.local_ranks(task, nproc) if task is not None else (0, nproc)
+    rank_env = {} if command else _launch_envs(registry, choice.name, nproc, first, local_world)
     spec = LaunchSpec(
         script=module or (command[0] if command else args.script),
         script_args=tuple(command[1:] if command else args.script_args),
@@ -384,10 +386,24 @@ def _guarded(registry: Registry, device: str, stage: str, call: Callable[[], Any
         ) from exc.cause
 
 
-def _launch_envs(registry: Registry, device: str, nproc: int) -> dict[int, dict[str, str]]:
-    """Each local rank's variables from the device's ``DeviceSpec.launch``, called guarded like every other call into a plugin."""
+def _launch_envs(
+    registry: Registry, device: str, nproc: int, first: int = 0, local_world: int | None = None
+) -> dict[int, dict[str, str]]:
+    """Each of this launcher's ``nproc`` ranks' variables (keyed by its index here) from the device's ``DeviceSpec.launch``,
+    called guarded like every other call into a plugin.
+
+    ``first``/``local_world``: where the node holds other launchers' ranks too (several srun tasks), these ranks are
+    local ranks ``first ...`` of ``local_world``: the plugin is asked for those, and ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``
+    replace torch elastic's per-launcher count.
+    """
     launch = registry.get(device).spec.launch
-    return {i: _guarded(registry, device, "launch.env", functools.partial(launch.rank_env, i, nproc)) for i in range(nproc)}
+    world = local_world or nproc
+    envs = {}
+    for i in range(nproc):
+        envs[i] = _guarded(registry, device, "launch.env", functools.partial(launch.rank_env, first + i, world))
+        if (first, world) != (0, nproc):
+            envs[i].update({settings.LOCAL_RANK.name: str(first + i), settings.LOCAL_WORLD_SIZE.name: str(world)})
+    return envs
 
 
 def _refuse_multi_process_command(args: argparse.Namespace) -> None:

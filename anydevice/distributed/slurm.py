@@ -124,17 +124,20 @@ def _int(setting: settings.Setting, low: int = 0) -> int:
 
 
 def _local_world_size(node_count: int) -> int | None:
-    """Tasks on this node, from ``SLURM_TASKS_PER_NODE`` (``2(x3),1``) and ``SLURM_NODEID``; None when either is absent."""
+    """Tasks on this node, from ``SLURM_TASKS_PER_NODE`` (``2(x3),1``) and ``SLURM_NODEID``, else ``SLURM_NTASKS_PER_NODE``;
+    None when SLURM says neither."""
     per_node: list[int] = []
     for part in (settings.SLURM_TASKS_PER_NODE.get() or "").split(","):
         match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
         if match is None:
-            return None
+            per_node = []
+            break
         per_node += [int(match.group(1))] * int(match.group(2) or 1)
     node = settings.SLURM_NODEID.get() or ""
     if node.isdigit() and int(node) < len(per_node) == node_count:
         return per_node[int(node)]
-    return None
+    fixed = settings.SLURM_NTASKS_PER_NODE.get() or ""
+    return int(fixed) if fixed.isascii() and fixed.isdigit() and int(fixed) > 0 else None
 
 
 def srun_task() -> SrunTask | None:
@@ -182,11 +185,34 @@ def adopt() -> SrunTask | None:
     return task
 
 
+def local_ranks(task: SrunTask, nproc: int) -> tuple[int, int]:
+    """``(first local rank, local world size)`` of the ``nproc`` ranks ``anydevice run`` starts in ``task``.
+
+    Several tasks on one node (``--ntasks-per-node=2``) each start ``nproc`` ranks: task ``SLURM_LOCALID=k``'s count
+    their local rank from ``k x nproc``, and the node holds ``tasks on the node x nproc`` (torchrun's meaning of
+    ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``; the device index is the local rank modulo the devices the task sees, so
+    devices bound per task (``--gpus-per-task``) and devices shared by the node's tasks both come out right).
+    """
+    tasks_here = task.local_world_size
+    if tasks_here is None:
+        if task.local_rank == 0:
+            return 0, nproc  # one task on this node, as far as SLURM says
+        raise DistributedError(
+            f"SLURM_LOCALID={task.local_rank} says several srun tasks share this node, but neither SLURM_TASKS_PER_NODE "
+            "(with SLURM_NODEID) nor SLURM_NTASKS_PER_NODE says how many: the ranks' local ranks cannot be counted.",
+            "Start the tasks with srun (which sets them), or run one task per node (--ntasks-per-node=1).",
+        )
+    if task.local_rank >= tasks_here:
+        raise DistributedError(f"SLURM_LOCALID={task.local_rank} is not below the {tasks_here} task(s) on this node.", _FIX)
+    return task.local_rank * nproc, tasks_here * nproc
+
+
 def srun_launch(args: argparse.Namespace) -> None:
     """``anydevice run`` as an srun task: one rendezvous "node" per task, met at the master node.
 
-    Each task's ranks (``-n``) then join one world of ``SLURM_NTASKS x n``; explicit ``--nnodes``,
-    ``--node-rank`` or ``--rdzv-endpoint`` win, and a one-task job or ``-- command`` is left alone.
+    Each task's ranks (``-n``) then join one world of ``SLURM_NTASKS x n``, global ranks offset by the task's
+    ``SLURM_PROCID``; ``args.srun_task`` keeps the task for the local ranks (:func:`local_ranks`). Explicit
+    ``--nnodes``, ``--node-rank`` or ``--rdzv-endpoint`` win, and a one-task job or ``-- command`` is left alone.
     """
     explicit = args.nnodes != 1 or args.node_rank is not None or args.rdzv_endpoint is not None
     if getattr(args, "command", None) or explicit:
@@ -197,3 +223,4 @@ def srun_launch(args: argparse.Namespace) -> None:
     args.nnodes, args.node_rank = task.world_size, task.rank
     args.rdzv_endpoint = f"{task.master_addr}:{task.master_port}"
     args.run_id = args.run_id or f"slurm-{task.job_id}"
+    args.srun_task = task

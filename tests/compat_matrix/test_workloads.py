@@ -48,3 +48,10 @@ def test_cuda_compat_script_passes_or_says_why(monkeypatch: pytest.MonkeyPatch):
         assert result.status is Status.PASS, result.log
     else:  # cuda-compat not in this build: the cell fails and says how the run ended
         assert result.status is Status.FAIL and "--cuda-compat script.py` exited 2" in (result.reason or ""), result.reason
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed: tests/serve runs the probe")
+def test_serve_vllm_without_vllm_is_a_skip_saying_what_to_install(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("ANYDEVICE", "cpu")
+    result = run_probe(_probe("serve_vllm"), ad, ad.device())
+    assert result.status is Status.SKIP and result.reason == "vllm is not installed here (pip install vllm)"

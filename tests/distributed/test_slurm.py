@@ -122,12 +122,12 @@ def _free_job_id() -> str:
 
 
 def _srun(argv: list[str], ntasks: int = 2, timeout: float = 240) -> list[tuple[int, str, str]]:
-    """Start ``argv`` as srun would: ``ntasks`` processes that differ only in SLURM_PROCID/SLURM_LOCALID."""
+    """Start ``argv`` as srun would on one node: ``ntasks`` processes that differ only in SLURM_PROCID/SLURM_LOCALID."""
     job = _free_job_id()
     procs = []
     for task in range(ntasks):
-        slurm = {"SLURM_PROCID": str(task), "SLURM_LOCALID": str(task), "SLURM_NTASKS": str(ntasks)}
-        env = _env({**slurm, "SLURM_NODELIST": "localhost", "SLURM_JOB_ID": job})
+        slurm = {"SLURM_PROCID": str(task), "SLURM_LOCALID": str(task), "SLURM_NTASKS": str(ntasks), "SLURM_NODEID": "0"}
+        env = _env({**slurm, "SLURM_TASKS_PER_NODE": str(ntasks), "SLURM_NODELIST": "localhost", "SLURM_JOB_ID": job})
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO))
     outs = [p.communicate(timeout=timeout) for p in procs]
     return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)]
@@ -155,6 +155,61 @@ def test_anydevice_run_inside_srun_tasks_forms_one_world() -> None:
     rows = [json.loads(line) for _, out, _ in tasks for line in out.splitlines() if line.startswith("{")]
     assert sorted(r["rank"] for r in rows) == [0, 1, 2, 3]  # 2 tasks x 2 ranks each
     assert all(r["world_size"] == 4 and r["sum"] == [10.0, 100.0] for r in rows)
+
+
+@pytest.mark.slow
+def test_two_srun_tasks_on_one_node_count_local_ranks_across_the_node() -> None:
+    """2 tasks on one node, each `anydevice run -n 2`: local ranks 0,1 and 2,3 of 4, global ranks by task, one group."""
+    tasks = _srun([sys.executable, "-m", "anydevice", "run", "-n", "2", str(WORKERS / "slurm_ranks.py")])
+    assert [code for code, _, _ in tasks] == [0, 0], [err for _, _, err in tasks]
+    by_task = [[json.loads(line) for line in out.splitlines() if line.startswith("{")] for _, out, _ in tasks]
+    assert [sorted((r["rank"], r["local_rank"]) for r in rows) for rows in by_task] == [[(0, 0), (1, 1)], [(2, 2), (3, 3)]]
+    rows = [r for rows in by_task for r in rows]
+    for row in rows:
+        env = row["env"]
+        assert (int(env["RANK"]), int(env["LOCAL_RANK"])) == (row["rank"], row["local_rank"])
+        assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], row["world_size"]) == ("4", "4", 4)
+        assert row["pairs"] == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]  # the group formed, all 4 ranks in it
+
+
+def _task(monkeypatch: pytest.MonkeyPatch, **values: str) -> slurm_env.SrunTask:
+    for name in ("SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID"):
+        monkeypatch.delenv(name, raising=False)
+    _srun_env(monkeypatch, **values)
+    task = slurm_env.srun_task()
+    assert task is not None
+    return task
+
+
+@pytest.mark.parametrize(
+    ("values", "nproc", "expected"),
+    [
+        ({"SLURM_TASKS_PER_NODE": "2(x4)", "SLURM_NODEID": "1", "SLURM_LOCALID": "1"}, 2, (2, 4)),
+        ({"SLURM_TASKS_PER_NODE": "2(x4)", "SLURM_NODEID": "1", "SLURM_LOCALID": "0"}, 3, (0, 6)),
+        ({"SLURM_TASKS_PER_NODE": "3,1(x3)", "SLURM_NODEID": "0", "SLURM_LOCALID": "2"}, 1, (2, 3)),
+        ({"SLURM_NTASKS_PER_NODE": "2", "SLURM_LOCALID": "1"}, 4, (4, 8)),
+        ({"SLURM_LOCALID": "0"}, 4, (0, 4)),  # SLURM says nothing of other tasks: one per node
+    ],
+)
+def test_local_ranks_of_a_task_follow_the_tasks_before_it_on_the_node(
+    monkeypatch: pytest.MonkeyPatch, values: dict[str, str], nproc: int, expected: tuple[int, int]
+) -> None:
+    assert slurm_env.local_ranks(_task(monkeypatch, **values), nproc) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"SLURM_LOCALID": "1"}, "SLURM_LOCALID=1 says several srun tasks share this node"),
+        ({"SLURM_LOCALID": "2", "SLURM_NTASKS_PER_NODE": "2"}, "SLURM_LOCALID=2 is not below the 2 task"),
+    ],
+)
+def test_local_ranks_that_cannot_be_counted_are_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch, values: dict[str, str], says: str
+) -> None:
+    with pytest.raises(DistributedError, match=says) as info:
+        slurm_env.local_ranks(_task(monkeypatch, **values), 2)
+    assert "srun" in str(info.value)
 
 
 def _doctor(**env: str) -> list[dict[str, str]]:
