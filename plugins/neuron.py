@@ -228,7 +228,9 @@ def _load_native() -> Shims:
         EagerVendor(
             "neuron",
             # the documented calls: torch.neuron.synchronize(), device_count()
-            placement=PlacementTable(device_module_first=True, memory_stats=_memory),
+            # pinned host memory is not documented for TorchNeuron (and the fake has no PrivateUse1 pinned allocator):
+            # declared absent until a run on hardware shows it, so cuda-compat's DataLoader(pin_memory=True) does not pin
+            placement=PlacementTable(device_module_first=True, memory_stats=_memory, pinned_memory=False),
             # dynamic=True is rejected by the neuron backend
             compile=CompileTable(backend="neuron", defaults={"dynamic": False}, cache_env=TORCH_NEURONX_NEFF_CACHE_DIR.name),
             collectives=CollectivesTable(backend="neuron"),
