@@ -19,6 +19,7 @@ def builtin_probes() -> list[Probe]:
         probes_compilation,
         probes_dtypes,
         probes_ops,
+        probes_parallel,
         probes_placement,
         probes_profiling,
         probes_workloads,
@@ -33,6 +34,7 @@ def builtin_probes() -> list[Probe]:
         *probes_compilation.PROBES,
         *probes_collectives.PROBES,
         *probes_workloads.PROBES,
+        *probes_parallel.PROBES,
     ]
 
 

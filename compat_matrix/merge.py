@@ -27,7 +27,17 @@ if TYPE_CHECKING:
     from anydevice.compat_matrix.versions_table import VersionCell
 
 # The probe groups in page order; groups a plugin adds follow, by name.
-PAGE_ORDER: tuple[str, ...] = ("sanity", "placement", "compilation", "collectives", "profiling", "workloads", "dtypes", "ops")
+PAGE_ORDER: tuple[str, ...] = (
+    "sanity",
+    "placement",
+    "compilation",
+    "collectives",
+    "profiling",
+    "workloads",
+    "parallel",
+    "dtypes",
+    "ops",
+)
 
 
 @dataclass(frozen=True)

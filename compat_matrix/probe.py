@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from anydevice.compat_matrix.execute import ProbeContext
 
-GROUPS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops", "workloads")
-"""The groups probes belong to: the four shims, dtypes, common ops and real workloads (plus the gate).
+GROUPS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops", "workloads", "parallel")
+"""The groups probes belong to: the four shims, dtypes, common ops, real workloads and model parallelism
+(plus the gate).
 A result file calls a probe's group its ``shim``."""
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,99}$")
