@@ -87,8 +87,8 @@ def _train(model: nn.Module, batches: list[torch.Tensor], feed: Callable[[torch.
     return [float(v) for v in torch.stack(losses).cpu()]  # one read, after the loop
 
 
-def _split(model: nn.Module) -> dict[str, str]:
-    """How each parameter is laid out: DTensor placements, or the XLA sharding spec ('' / 'plain': whole)."""
+def layout(model: nn.Module) -> dict[str, str]:
+    """How each parameter is laid out (for reports): DTensor placements, or the XLA sharding spec ('' / 'plain': whole)."""
     out = {}
     for name, p in model.named_parameters():
         placements = getattr(p, "placements", None)
@@ -120,7 +120,7 @@ def train(mode: str) -> dict[str, Any]:
     lowering = ad.backend().shims.collectives.tensor_parallel
     if mode == "fsdp+tp" and lowering == "dtensor":  # on SPMD the mesh's dp axis is the data parallelism
         model = ad.distributed.wrap(model, "fsdp")
-    split = _split(model)
+    split = layout(model)
     with torch.no_grad():
         logits = model(ad.distributed.shard_batch(batches[0], mesh))
     rows = ad.distributed.shard_batch(batches[0], mesh).shape[0]
@@ -156,7 +156,7 @@ def save(directory: str) -> dict[str, Any]:
     weights = {n: _full(p) for n, p in model.named_parameters()}
     if ad.distributed.rank() == 0:
         torch.save({"weights": weights, "logits": logits}, directory + ".ref.pt")
-    return {"mesh": ad.distributed.mesh_degrees(mesh), "split": _split(model)}
+    return {"mesh": ad.distributed.mesh_degrees(mesh), "split": layout(model)}
 
 
 def load(directory: str) -> dict[str, Any]:
