@@ -118,9 +118,8 @@ PROBES = [
     _p(
         "tp",
         tp,
-        "parallelize(model, 'auto') over every rank on tp (DTensor: 2 ranks; XLA SPMD: one process, all devices): logits "
-        "and 3 AdamW losses "
-        "equal the unsplit CPU run.",
+        "parallelize(model, 'auto') over every rank on tp (DTensor: 2 ranks; XLA SPMD: one process, all devices): "
+        "logits and 3 AdamW losses equal the unsplit CPU run.",
     ),
     _p(
         "fsdp_tp",
