@@ -20,6 +20,7 @@ def builtin_probes() -> list[Probe]:
         probes_dtypes,
         probes_export,
         probes_ops,
+        probes_parallel,
         probes_placement,
         probes_profiling,
         probes_workloads,
@@ -35,6 +36,7 @@ def builtin_probes() -> list[Probe]:
         *probes_collectives.PROBES,
         *probes_workloads.PROBES,
         *probes_export.PROBES,
+        *probes_parallel.PROBES,
     ]
 
 

@@ -28,8 +28,17 @@ if TYPE_CHECKING:
 
 # The probe groups in page order; groups a plugin adds follow, by name.
 PAGE_ORDER: tuple[str, ...] = (
-    "sanity", "placement", "compilation", "collectives", "profiling", "workloads", "dtypes", "ops", EXPORT_GROUP,
-)  # fmt: skip
+    "sanity",
+    "placement",
+    "compilation",
+    "collectives",
+    "profiling",
+    "workloads",
+    "parallel",
+    "dtypes",
+    "ops",
+    EXPORT_GROUP,
+)
 
 
 @dataclass(frozen=True)

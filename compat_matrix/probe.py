@@ -24,9 +24,20 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from anydevice.compat_matrix.execute import ProbeContext
 
-GROUPS: Final = ("sanity", "placement", "compilation", "collectives", "profiling", "dtypes", "ops", "workloads", "export")
-"""The groups probes belong to: the four shims, dtypes, common ops and real workloads (plus the gate), and
-export to edge runtimes. A result file calls a probe's group its ``shim``."""
+GROUPS: Final = (
+    "sanity",
+    "placement",
+    "compilation",
+    "collectives",
+    "profiling",
+    "dtypes",
+    "ops",
+    "workloads",
+    "parallel",
+    "export",
+)
+"""The groups probes belong to: the four shims, dtypes, common ops, real workloads and model parallelism (plus
+the gate), and export to edge runtimes. A result file calls a probe's group its ``shim``."""
 
 EXPORT_GROUP: Final = "export"
 """The group of export probes: they run only for an export target (``anydevice matrix probe --target litert``)."""

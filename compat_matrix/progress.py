@@ -13,7 +13,7 @@ from anydevice.compat_matrix.schema import SYMBOL, ProbeResult, Run, Status
 
 _QUIET = (Status.PASS, Status.SKIP, Status.FAKE)
 
-GROUP_COST_S = {"compilation": 4.0, "collectives": 4.0, "profiling": 3.0, "workloads": 20.0}
+GROUP_COST_S = {"compilation": 4.0, "collectives": 4.0, "profiling": 3.0, "workloads": 20.0, "parallel": 30.0}
 """Rough seconds a probe of each group takes on a CPU, for the ETA when no earlier run says (others: 1 s)."""
 
 

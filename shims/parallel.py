@@ -196,5 +196,8 @@ def fsdp(model: torch.nn.Module, device_type: str, units: Iterable[UnitSpec] | N
     modules = dict(model.named_modules())
     for name in plan.units:
         fully_shard(modules[name], mesh=mesh, **options)
-    fully_shard(model, mesh=mesh, **options)
+    # The root too reshards after forward: left unsharded (FSDP2's default for a root), a forward under
+    # no_grad (an evaluation before training) keeps stale full weights there, and the next steps train
+    # on them: losses off by 5e-3 after 3 AdamW steps (torch 2.13, gloo; the parallel probes caught it).
+    fully_shard(model, mesh=mesh, **{"reshard_after_forward": True, **options})
     return model

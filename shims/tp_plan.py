@@ -82,10 +82,12 @@ def _glob_regex(glob: str) -> re.Pattern[str]:
 
 
 def auto_plan(model: Any) -> dict[str, str]:
-    """The model's own plan: ``tp_plan`` a model class declares, else a transformers model's plans.
+    """The model's own plan: ``tp_plan`` a model class declares, else a transformers model's plans, else a
+    Diffusers model's ``_tp_plan``.
 
     transformers keys ``config.base_model_tp_plan`` from the base model (``layers.*...``) and
-    ``_tp_plan`` from the full model (``lm_head``); the base keys get the base model's prefix.
+    ``_tp_plan`` from the full model (``lm_head``); the base keys get the base model's prefix. Diffusers
+    (0.42: Flux, Flux2, QwenImage transformers) keys ``_tp_plan`` by full module names.
     """
     declared = getattr(model, "tp_plan", None)
     if isinstance(declared, Mapping) and declared:
@@ -100,6 +102,8 @@ def auto_plan(model: Any) -> dict[str, str]:
     own = getattr(type(model), "_tp_plan", None)
     if isinstance(own, Mapping) and plan:
         plan.update({str(k): str(v) for k, v in own.items()})  # an unknown style is refused by expand()
+    elif isinstance(own, Mapping) and own:  # a Diffusers model's own plan: full module names, its styles
+        plan = _diffusers_plan(model, own)
     if not plan:
         raise DistributedError(
             f"plan='auto': {type(model).__name__} declares no tensor-parallel plan.",
@@ -107,6 +111,20 @@ def auto_plan(model: Any) -> dict[str, str]:
             "or give the model class a tp_plan attribute.",
         )
     return plan
+
+
+def _diffusers_plan(model: Any, own: Mapping[Any, Any]) -> dict[str, str]:
+    """A ``_tp_plan`` a Diffusers model class declares; its packed styles (objects, not names) are refused."""
+    packed = {str(k): type(v).__name__ for k, v in own.items() if not isinstance(v, str)}
+    if packed:
+        listed = ", ".join(f"{k} ({v})" for k, v in packed.items())
+        raise DistributedError(
+            f"plan='auto': {type(model).__name__}'s own plan (_tp_plan) splits fused projections with styles anydevice "
+            f"does not lower: {listed}.",
+            "Pass a plan {glob: style} without those modules and without the colwise modules that feed them, e.g. "
+            "only the entries under 'transformer_blocks.*' of a Flux model.",
+        )
+    return {str(k): str(v) for k, v in own.items()}
 
 
 def expand(model: Any, plan: Mapping[str, str] | str) -> list[Rule]:

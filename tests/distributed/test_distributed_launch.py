@@ -290,3 +290,17 @@ def test_an_unknown_declared_launcher_is_a_clear_error() -> None:
     with pytest.raises(DistributedError, match="launcher 'nope' is not known to anydevice run") as info:
         registered_launcher("nope")
     assert "register_launcher(name, fn)" in str(info.value) and "torchrun" in str(info.value)
+
+
+@pytest.mark.slow
+def test_fsdp_trains_right_after_an_evaluation_forward() -> None:
+    """wrap(model, "fsdp") reshards the root after forward: a no_grad forward must not leave stale full weights there."""
+    rows = {}
+    for root in ("default", "keep"):
+        result = anydevice_run("-n", "2", WORKERS / "fsdp_eval_first.py", root, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        rows[root] = result.by_rank()
+    for row in rows["default"].values():
+        assert row["losses"] == pytest.approx(row["reference"], abs=1e-5)
+    # FSDP2's own root default (kept full weights) trains on stale ones: the difference this guards against
+    assert any(abs(a - b) > 1e-4 for a, b in zip(rows["keep"][0]["losses"], rows["keep"][0]["reference"], strict=True))

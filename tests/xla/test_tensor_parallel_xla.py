@@ -56,3 +56,14 @@ def test_spmd_checkpoint_loads_on_cpu(tmp_path: Path) -> None:
     loaded = _run(str(worker), "load-plain", str(tmp_path / "ckpt"), device="cpu")
     assert loaded["step"] == 1 and loaded["optim_steps"] == [1]
     assert loaded["max_diff"] == 0.0
+
+
+@pytest.mark.parametrize("model", ["qwenimage", "flux"])
+def test_a_split_diffusers_transformer_equals_the_unsplit_one_on_spmd(model: str) -> None:
+    pytest.importorskip("diffusers")
+    worker = Path(__file__).parents[1] / "distributed" / "workers" / "diffusers_tp.py"
+    row = _run(str(worker), model)
+    assert row["mesh"] == {"tp": 4}  # every device of the host
+    assert row["to_q"] == "{devices=[4,1]0,1,2,3}"  # colwise: output features split over the 4 devices
+    assert isinstance(row["scale"], float) and row["scale"] > 0.1
+    assert isinstance(row["max_diff"], float) and row["max_diff"] < 1e-5

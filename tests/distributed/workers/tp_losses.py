@@ -9,42 +9,17 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 
 import anydevice as ad
+from anydevice.compat_matrix.parallel_job import TinyLM  # the parallel probes' model: embedding, 2 MLP blocks, head
+
+__all__ = ["TinyLM", "build"]
 
 STEPS, BATCH, SEQ = 5, 8, 16
-
-
-class Block(nn.Module):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(width)
-        self.up = nn.Linear(width, 4 * width)
-        self.down = nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.relu(self.up(self.norm(x))))
-
-
-class TinyLM(nn.Module):
-    tp_plan: ClassVar[dict[str, str]] = {"blocks.*.up": "colwise", "blocks.*.down": "rowwise", "head": "colwise_rep"}
-
-    def __init__(self, vocab: int = 32, width: int = 16) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, width)
-        self.blocks = nn.ModuleList(Block(width) for _ in range(2))
-        self.head = nn.Linear(width, vocab)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.embed(idx)
-        for block in self.blocks:
-            x = block(x)
-        out: torch.Tensor = self.head(x)
-        return out
 
 
 def build(kind: str) -> nn.Module:
