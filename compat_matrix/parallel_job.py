@@ -89,11 +89,12 @@ def _train(model: nn.Module, batches: list[torch.Tensor], feed: Callable[[torch.
 
 def layout(model: nn.Module) -> dict[str, str]:
     """How each parameter is laid out (for reports): DTensor placements, or the XLA sharding spec ('' / 'plain': whole)."""
+    from torch.distributed.tensor import DTensor
+
     out = {}
     for name, p in model.named_parameters():
-        placements = getattr(p, "placements", None)
-        if placements is not None:
-            out[name] = str(tuple(placements))
+        if isinstance(p, DTensor):
+            out[name] = str(tuple(p.placements))
         elif p.device.type == "xla":
             import torch_xla
 

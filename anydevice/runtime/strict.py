@@ -15,6 +15,7 @@ How a fallback is noticed is the device plugin's declaration (``CheckFacts.fallb
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import threading
@@ -138,14 +139,21 @@ class _Watch:
             self.lines = None
 
 
-_OWN = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),)
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""anydevice's package folder (this module is ``anydevice/runtime/strict.py``)."""
+
+
+def _shim_folders() -> tuple[str, ...]:
+    """Where ``anydevice.shims`` lives (its own top-level folder in a source checkout), found without importing it."""
+    spec = importlib.util.find_spec("anydevice.shims")
+    return tuple(folder + os.sep for folder in (spec.submodule_search_locations or ())) if spec else ()
 
 
 def user_line(skip: tuple[str, ...] = ()) -> str | None:
     """``file:line`` of the innermost frame outside torch, anydevice and ``skip`` (the user's code), or None."""
     import torch
 
-    internal = (os.path.dirname(torch.__file__), os.path.join(_OWN[0], "anydevice"), *skip)
+    internal = (os.path.dirname(torch.__file__), _OWN + os.sep, *_shim_folders(), *skip)
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
