@@ -311,12 +311,12 @@ def _cuda_calls(facts: CheckFacts, obs: Observation, findings: list[Finding]) ->
     if facts.runs_cuda_calls:
         return
     for call in obs.cuda_calls:
-        refused = call.get("kind") == "refused"
         findings.append(
             Finding(
                 check="cuda_calls",
-                severity="error" if refused else "info",
-                message=f"CUDA-only call {call.get('call')}: {call.get('outcome')}",
+                severity="error" if call.kind == "refused" else "info",
+                message=f"CUDA-only call {call.call}: {call.kind}, {call.outcome}",
+                line=call.line,
                 fix="run with `anydevice run --cuda-compat`, or port the call to anydevice's API",
             )
         )

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from anydevice.preflight.schema import Capture, GraphBreak, Memory, Observation, OpUse, Signature
+from anydevice.preflight.schema import Capture, CudaCall, GraphBreak, Memory, Observation, OpUse, Signature
 from anydevice.strict import user_line
 
 DATA_DEPENDENT = frozenset(
@@ -200,7 +200,7 @@ class Observer:
             optimizer=type(optimizer).__name__ if optimizer is not None else None,
         )
 
-    def finish(self, cuda_calls: list[dict[str, str]] | None = None, inventory: bool = True) -> Observation:
+    def finish(self, cuda_calls: list[CudaCall] | None = None, inventory: bool = True) -> Observation:
         """Run the capture and export analyses on the remembered call and assemble the observation."""
         counts: dict[str, int] = {}
         for sig in self.batches:

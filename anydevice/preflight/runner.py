@@ -22,6 +22,7 @@ import torch.utils.data
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from anydevice.preflight.observe import Observer
+from anydevice.preflight.schema import CudaCall
 
 
 class _Enough(BaseException):
@@ -103,11 +104,11 @@ class Hooks:
             raise _Enough
 
 
-def _cuda_calls() -> list[dict[str, str]]:
-    from anydevice import cuda_compat
+def _cuda_calls() -> list[CudaCall]:
+    from anydevice.cuda_compat import control
 
-    calls = cuda_compat.report().get("calls", [])
-    return [{k: str(v) for k, v in c.items()} for c in calls] if isinstance(calls, list) else []
+    calls = control.report().get("calls", [])
+    return [CudaCall.model_validate(c) for c in calls] if isinstance(calls, list) else []
 
 
 def main(argv: list[str]) -> int:
@@ -115,6 +116,9 @@ def main(argv: list[str]) -> int:
     observer = Observer(int(steps), int(world))
     hooks = Hooks(observer)
     hooks.install()
+    from anydevice.cuda_compat import control
+
+    control.record_lines()  # each CUDA-only call keeps the script's file:line (cuda-compat enables at its import of torch)
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))
     result: dict[str, Any]

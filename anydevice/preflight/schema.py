@@ -70,6 +70,16 @@ class Memory(_Model):
         return self.parameters + self.gradients + self.optimizer_state + self.activations
 
 
+class CudaCall(_Model):
+    """One distinct CUDA call the script made, from cuda-compat's migration report of the steps run on the CPU."""
+
+    call: str
+    kind: Literal["redirected", "answered neutrally", "refused"]
+    outcome: str
+    line: str | None = None
+    """``file:line`` of its first occurrence in user code (the first frame outside torch and anydevice)."""
+
+
 class Observation(_Model):
     """What the CPU run saw, independent of any target."""
 
@@ -84,7 +94,7 @@ class Observation(_Model):
     dtypes: dict[str, str | None] = Field(default_factory=dict)
     data_dependent: list[OpUse] = Field(default_factory=list)
     memory: Memory | None = None
-    cuda_calls: list[dict[str, str]] = Field(default_factory=list)
+    cuda_calls: list[CudaCall] = Field(default_factory=list)
     world_size: int = 1
     drop_last_fix: bool = False
     versions: dict[str, str] = Field(default_factory=dict)

@@ -89,11 +89,20 @@ def test_three_processes_are_not_a_whole_tpu_slice() -> None:
     assert "3 process(es) is not a whole tpu slice" in error.message and "TPU v5e {1, 4, 8}" in error.message
 
 
-def test_cuda_only_calls_are_reported_from_cuda_compat() -> None:
+def test_cuda_only_calls_are_reported_from_cuda_compat_with_their_source_line() -> None:
     _, report = checked("cuda")
-    calls = {c["call"] for c in report.observation.cuda_calls}
-    assert any("synchronize" in c for c in calls), calls
-    assert any("synchronize" in f.message for f in findings(report, "tpu", "cuda_calls"))
+    lines = {c.call: c.line for c in report.observation.cuda_calls}
+    sync = lines.get("torch.cuda.synchronize()")
+    assert sync is not None and sync.endswith(marker("cuda")), lines
+    assert all(line and "cases.py:" in line for line in lines.values()), lines  # every call is the script's, none torch's
+    found = [f for f in findings(report, "tpu", "cuda_calls") if "synchronize" in f.message]
+    assert found and found[0].line == sync
+
+
+def test_the_text_report_shows_each_cuda_call_at_its_line() -> None:
+    done = anydevice_cli("check", str(CASES), "cuda", "--target", "tpu")
+    shown = [line for line in done.stdout.splitlines() if "cuda_calls" in line and "synchronize" in line]
+    assert shown and shown[0].rstrip().endswith(f"{marker('cuda')})"), done.stdout
 
 
 def test_the_text_report_is_marked_static_analysis_with_versions() -> None:
