@@ -86,6 +86,9 @@ class CheckFacts:
         warnings match; strict mode turns them into errors.
     :param compile_backends: ``torch.compile`` backends the device runs (its own first).
     :param runs_cuda_calls: ``torch.cuda`` calls run natively here (the CUDA device itself): not reported.
+    :param dist_backend: the ``torch.distributed`` backend the device's collectives use (``xla``, ``nccl``); None: unknown.
+    :param lacking_reduce_ops: ``ReduceOp`` names its process group rejects (the same set as the collectives shim's
+        ``Collectives.lacking_reduce_ops``; ``{"AVG"}`` on torch_xla); None: unknown, collectives are not checked.
     :param sources: where these facts come from, one phrase each (docs, tables, runs), for the report.
     """
 
@@ -98,6 +101,8 @@ class CheckFacts:
     fallback_warning: str | None = None
     compile_backends: tuple[str, ...] = ()
     runs_cuda_calls: bool = False
+    dist_backend: str | None = None
+    lacking_reduce_ops: frozenset[str] | None = None
     sources: tuple[str, ...] = ()
 
 

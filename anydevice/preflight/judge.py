@@ -15,6 +15,7 @@ from typing import Any
 from anydevice.check_facts import CheckFacts
 from anydevice.preflight.observe import DATA_DEPENDENT
 from anydevice.preflight.schema import Finding, Observation, OpStatus, OpVerdict, Severity, TargetReport, Verdict
+from anydevice.preflight.topology import collective_findings, mesh_findings, world_findings
 
 ORDER: tuple[Verdict, ...] = (
     "runs",
@@ -129,7 +130,8 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     if recompiles:
         verdicts.append("will recompile")
     _capture(facts, obs, findings)
-    verdicts += _distributed(target, facts, obs, findings)
+    for distributed in (world_findings, mesh_findings, collective_findings):
+        verdicts += distributed(target, facts, obs, findings)
     verdicts += _memory(facts, obs, findings)
     _cuda_calls(facts, obs, findings)
     verdict = max(verdicts, key=ORDER.index)
@@ -249,30 +251,6 @@ def _capture(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> No
         findings.append(
             Finding(check="capture", severity=severity, message=f"graph break: {b.reason}", line=b.line, fix=BREAK_FIX)
         )
-
-
-def _distributed(target: str, facts: CheckFacts, obs: Observation, findings: list[Finding]) -> list[Verdict]:
-    n = obs.world_size
-    if not facts.world_sizes:
-        return []
-    fits = [chip for chip, sizes in facts.world_sizes.items() if n in sizes]
-    allowed = "; ".join(f"{chip} {{{', '.join(map(str, sizes))}}}" for chip, sizes in facts.world_sizes.items())
-    if not fits:
-        findings.append(
-            Finding(
-                check="distributed",
-                severity="error",
-                message=f"{n} process(es) is not a whole {target} slice on any "
-                f"chip (whole slices: {allowed}); a partial slice never passes the start barrier",
-                fix=f"launch a whole slice: -n in {allowed}",
-            )
-        )
-        return ["will not launch"]
-    if n > 1 and len(fits) < len(facts.world_sizes):
-        findings.append(
-            Finding(check="distributed", severity="info", message=f"{n} process(es) is a whole slice on {', '.join(fits)} only")
-        )
-    return []
 
 
 def _memory(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> list[Verdict]:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from anydevice.preflight.schema import Capture, CudaCall, GraphBreak, Memory, Observation, OpUse, Signature
+from anydevice.preflight.schema import Capture, CollectiveUse, CudaCall, GraphBreak, Memory, Observation, OpUse, Signature
 from anydevice.strict import user_line
 
 DATA_DEPENDENT = frozenset(
@@ -39,6 +39,7 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         super().__init__()  # type: ignore[no-untyped-call]
         self.ops: dict[str, list[Any]] = {}  # name -> [calls, line, first call's arguments, calls before the optimizer step]
         self.dtypes: dict[str, str | None] = {}
+        self.collectives: dict[tuple[str, str | None, bool], CollectiveUse] = {}
         self.host_reads_in_optimizer = 0
         self.in_optimizer = False  # set around optimizer.step(): its step counters are host scalars by design
         self.stepped = False  # set after the optimizer step: what follows (logging reads) is after the step's graph
@@ -49,6 +50,9 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if self.paused:
             return out
         name = func.name()
+        if name.startswith("c10d::"):
+            self._collective(name, args)
+            return out
         if self.in_optimizer and name in DATA_DEPENDENT:
             self.host_reads_in_optimizer += 1
             return out
@@ -64,6 +68,37 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if dtype not in self.dtypes:
                     self.dtypes[dtype] = user_line()
         return out
+
+    def _collective(self, name: str, args: Any) -> None:
+        key = (name, reduce_op_of(args), _via_anydevice())
+        use = self.collectives.get(key)
+        if use is None:
+            self.collectives[key] = CollectiveUse(op=name, reduce_op=key[1], calls=1, line=user_line(), via_anydevice=key[2])
+        else:
+            use.calls += 1
+
+
+def reduce_op_of(args: Any) -> str | None:
+    """The ``ReduceOp`` name among a ``c10d::`` op's arguments (a TorchScript ``ReduceOp`` object), or None."""
+    import torch.distributed as dist
+
+    names = {int(v): n for n, v in dist.ReduceOp.RedOpType.__members__.items()}
+    for arg in args:
+        if isinstance(arg, torch.ScriptObject) and "ReduceOp" in str(arg._type()):
+            return names.get(int(arg.op()), str(arg.op()))
+    return None
+
+
+def _via_anydevice() -> bool:
+    """Whether ``anydevice.distributed`` is on the stack (its ``AVG`` is emulated where a process group lacks it)."""
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "anydevice.distributed":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 class _Opaque(Exception):
@@ -154,9 +189,10 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 class Observer:
     """Collects an :class:`Observation` from batches, the first step's model call and the optimizer."""
 
-    def __init__(self, steps: int, world_size: int = 1) -> None:
+    def __init__(self, steps: int, world_size: int = 1, mesh: dict[str, int] | None = None) -> None:
         self.steps = steps
         self.world_size = world_size
+        self.mesh = mesh
         self.batches: list[str] = []
         self.recorder = OpRecorder()
         self.model: torch.nn.Module | None = None
@@ -228,6 +264,8 @@ class Observer:
             memory=self.memory,
             cuda_calls=cuda_calls or [],
             world_size=self.world_size,
+            mesh=self.mesh,
+            collectives=list(self.recorder.collectives.values()),
             drop_last_fix=_short_last(self.batches),
             versions={"torch": torch.__version__},
         )

@@ -1,6 +1,8 @@
 """The child process of ``anydevice check``: runs the user's script on the CPU for N steps under hooks.
 
-    python -m anydevice.preflight.runner OUT.json STEPS WORLD_SIZE SCRIPT [ARGS...]
+    python -m anydevice.preflight.runner OUT.json STEPS WORLD_SIZE MESH SCRIPT [ARGS...]
+
+MESH is the mesh to check as JSON (``{"dp": 2, "tp": 4}``), or ``-`` for none.
 
 The hooks wrap ``DataLoader.__iter__`` (each batch's signature), the top-level ``Module.__call__`` (the
 model and its first inputs; the first step's ops under :class:`~anydevice.preflight.observe.OpRecorder`)
@@ -112,8 +114,8 @@ def _cuda_calls() -> list[CudaCall]:
 
 
 def main(argv: list[str]) -> int:
-    out, steps, world, script, *args = argv
-    observer = Observer(int(steps), int(world))
+    out, steps, world, mesh, script, *args = argv
+    observer = Observer(int(steps), int(world), None if mesh == "-" else json.loads(mesh))
     hooks = Hooks(observer)
     hooks.install()
     from anydevice.cuda_compat import control

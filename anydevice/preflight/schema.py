@@ -70,6 +70,18 @@ class Memory(_Model):
         return self.parameters + self.gradients + self.optimizer_state + self.activations
 
 
+class CollectiveUse(_Model):
+    """A collective the step ran (a ``c10d::`` op): its reduction, calls in the first step and the user's line."""
+
+    op: str
+    reduce_op: str | None = None
+    """The ``ReduceOp`` name (``SUM``, ``AVG``, ``MAX``, ...) of a reducing collective, else None."""
+    calls: int
+    line: str | None = None
+    via_anydevice: bool = False
+    """Called through ``ad.distributed`` (which emulates ``AVG`` where a process group lacks it)."""
+
+
 class CudaCall(_Model):
     """One distinct CUDA call the script made, from cuda-compat's migration report of the steps run on the CPU."""
 
@@ -96,6 +108,9 @@ class Observation(_Model):
     memory: Memory | None = None
     cuda_calls: list[CudaCall] = Field(default_factory=list)
     world_size: int = 1
+    mesh: dict[str, int] | None = None
+    """The device mesh to check (``--mesh dp=2,tp=4``; -1: what is left of the world), by axis name."""
+    collectives: list[CollectiveUse] = Field(default_factory=list)
     drop_last_fix: bool = False
     versions: dict[str, str] = Field(default_factory=dict)
 

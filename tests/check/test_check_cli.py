@@ -148,3 +148,42 @@ def test_json_schema_round_trips() -> None:
     data = json.loads(report.model_dump_json())
     assert Report.model_validate(data) == report
     assert os.environ.get("ANYDEVICE_STRICT") is None
+
+
+def test_an_avg_reduction_the_backend_lacks_will_not_launch_there_at_its_line() -> None:
+    done = anydevice_cli("check", str(CASES), "avg", "--target", "xla,cpu", "--json")
+    assert done.returncode == 1, done.stderr
+    report = Report.model_validate_json(done.stdout)
+    xla, cpu = report.targets
+    assert xla.verdict == "will not launch" and cpu.verdict == "runs"
+    uses = {(c.reduce_op, c.via_anydevice): c.line for c in report.observation.collectives}
+    assert uses[("AVG", False)].endswith(marker("avg")) and uses[("AVG", True)].endswith(marker("ad-avg")), uses
+    (error,) = [f for f in findings(report, "xla", "distributed") if f.severity == "error"]
+    assert "ReduceOp.AVG" in error.message and "'xla' process group" in error.message and error.line.endswith(marker("avg"))
+    emulated = [f for f in findings(report, "xla", "distributed") if f.severity == "info"]
+    assert emulated and emulated[0].line.endswith(marker("ad-avg"))  # ad.distributed emulates it: not an error
+    assert not [f for f in findings(report, "cpu", "distributed") if f.severity != "info"]
+
+
+def test_a_tp_degree_that_does_not_divide_the_world_will_not_launch() -> None:
+    code, report = checked("clean", "-n", "8", "--mesh", "dp=-1,tp=3")
+    assert code == 1 and report.observation.mesh == {"dp": -1, "tp": 3}
+    for target in ("tpu", "cpu"):
+        (error,) = findings(report, target, "distributed")
+        assert "tp=3" in error.message and "does not divide the world of 8" in error.message
+
+
+def test_a_mesh_alone_sets_the_world_and_is_checked_against_whole_slices() -> None:
+    code, report = checked("clean", "--mesh", "dp=2,tp=4")
+    assert code == 0 and report.observation.world_size == 8  # a whole slice on v4, v5e, v6e, v7
+    code, report = checked("clean", "--mesh", "dp=1,tp=16")
+    tpu = report.targets[0]
+    assert code == 1 and tpu.verdict == "will not launch" and report.targets[1].verdict == "runs"
+    messages = [f.message for f in findings(report, "tpu", "distributed")]
+    assert any("16 process(es) is not a whole tpu slice" in m for m in messages)
+    assert any("mesh axis tp=16 divides no whole tpu slice" in m for m in messages), messages
+
+
+def test_a_mesh_that_is_not_axis_sizes_is_a_usage_error() -> None:
+    done = anydevice_cli("check", str(CASES), "clean", "--target", "tpu", "--mesh", "dp:2")
+    assert done.returncode == 2 and "is not AXIS=N" in done.stderr
