@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+from collections.abc import Mapping
 from typing import Any
 
 from anydevice.check_facts import CheckFacts
@@ -59,18 +60,29 @@ def _dispatch_checker(dispatch_key: str | None, module_name: str | None) -> tupl
     return dispatch_key, "torch"
 
 
-def op_status(op: str, facts: CheckFacts, example: Any = None) -> tuple[OpStatus, str]:
-    """How the target runs ``op`` and the source that says so (``example``: its first call's arguments, for a probe)."""
+NO_TABLE = "no op table for this device is shipped (no vendor table published in anydevice's sources)"
+
+
+def op_status(op: str, facts: CheckFacts, example: Any = None, matrix: Mapping[str, str] | None = None) -> tuple[OpStatus, str]:
+    """How the target runs ``op`` and the source that says so.
+
+    In order: the plugin's shipped table (``OpTable.ops``), the project's matrix results for the device
+    (``matrix``: op -> the real run that counted it as a CPU fallback), the plugin's "never falls back",
+    then the dispatch key's kernels and a lowering probe (``example``: the op's first call's arguments).
+    """
     table = facts.op_table
     if any(marker in op for marker in CPU_ONLY_MARKERS):
         return "native", "the CPU's own kernel for a portable op (the target picks its own)"
-    if table is None and facts.fallback == "never":
+    declared = (table.ops.get(op) or table.ops.get(_base(op))) if table is not None else None
+    if table is not None and declared in ("native", "cpu_fallback", "unsupported"):
+        return declared, f"{table.source} {table.version} ({table.date})"  # type: ignore[return-value]
+    seen = _in_matrix(op, matrix or {})
+    if seen is not None:
+        return "cpu_fallback", seen
+    if facts.fallback == "never":
         return "native", "the plugin declares that the device runs every op or raises (no CPU fallback)"
     if table is None:
-        return "unknown", "no op table declared"
-    declared = table.ops.get(op) or table.ops.get(_base(op))
-    if declared in ("native", "cpu_fallback", "unsupported"):
-        return declared, f"{table.source} {table.version} ({table.date})"  # type: ignore[return-value]
+        return "unknown", f"{NO_TABLE}, and no real matrix run of the device counted it as a CPU fallback"
     checker = _dispatch_checker(table.dispatch_key, table.module)
     if checker is None:
         module = table.module or "the vendor package"
@@ -84,6 +96,13 @@ def op_status(op: str, facts: CheckFacts, example: Any = None) -> tuple[OpStatus
     if table.probe is None or example is None:
         return "unknown", f"no {key} kernel registered by {version}, and no probe could run it"
     return _probed(op, example, table.probe, version)
+
+
+def _in_matrix(op: str, matrix: Mapping[str, str]) -> str | None:
+    """The matrix run that saw ``op`` (or another overload of it) fall back, or None."""
+    if op in matrix:
+        return matrix[op]
+    return next((source for name, source in matrix.items() if _base(name) == _base(op)), None)
 
 
 def _probed(op: str, example: Any, probe: str, version: str) -> tuple[OpStatus, str]:
@@ -116,7 +135,7 @@ def _probed(op: str, example: Any, probe: str, version: str) -> tuple[OpStatus, 
 def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     """The report for ``target``: findings from every check, the verdict and the top fixes."""
     findings: list[Finding] = []
-    ops = [OpVerdict(op=u.op, status=s, source=src) for u in obs.ops for s, src in [op_status(u.op, facts, u.example)]]
+    ops = judge_ops(target, facts, obs)
     lines = {u.op: u.line for u in obs.ops}
     verdicts: list[Verdict] = ["runs"]
     fallbacks = [v for v in ops if v.status == "cpu_fallback"]
@@ -136,7 +155,7 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     _cuda_calls(facts, obs, findings)
     verdict = max(verdicts, key=ORDER.index)
     calls = {u.op: u.calls for u in obs.ops}
-    cuts = sum(u.before_step for u in obs.data_dependent if u.op == HOST_READ) + sum(calls[v.op] for v in fallbacks)
+    cuts = sum(u.before_step for u in obs.data_dependent if u.op == HOST_READ) + sum(calls.get(v.op, 1) for v in fallbacks)
     summary = {
         "runs": "runs",
         "runs with CPU fallbacks": f"runs with {len(fallbacks)} CPU fallback(s)",
@@ -160,6 +179,21 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     )
 
 
+def judge_ops(target: str, facts: CheckFacts, obs: Observation) -> list[OpVerdict]:
+    """A mark for every op of the step and of the forward's core-ATen inventory on ``target``, with its source."""
+    from anydevice.preflight.matrix_ops import matrix_fallbacks
+
+    matrix = matrix_fallbacks(target)
+    core = set(obs.core_aten)
+    step = {u.op: u for u in obs.ops}
+    verdicts = []
+    for op in sorted(step.keys() | core):
+        use = step.get(op)
+        status, source = op_status(op, facts, use.example if use is not None else None, matrix)
+        verdicts.append(OpVerdict(op=op, status=status, source=source, in_step=use is not None, core_aten=op in core))
+    return verdicts
+
+
 OP_PROBLEMS: dict[str, tuple[Severity, str, str, Verdict]] = {
     "cpu_fallback": (
         "warning",
@@ -178,7 +212,7 @@ def _op_findings(ops: list[OpVerdict], lines: dict[str, str | None], findings: l
             severity, what, fix, verdict = OP_PROBLEMS[v.status]
             message = f"{v.op} {what} ({v.source})"
             findings.append(
-                Finding(check="ops", severity=severity, message=message, line=lines[v.op], fix=f"replace {v.op} {fix}")
+                Finding(check="ops", severity=severity, message=message, line=lines.get(v.op), fix=f"replace {v.op} {fix}")
             )
             verdicts.append(verdict)
     return verdicts

@@ -131,6 +131,10 @@ class OpVerdict(_Model):
     op: str
     status: OpStatus
     source: str
+    in_step: bool = True
+    """Run by the training step on the CPU (the ``ops`` of the observation)."""
+    core_aten: bool = False
+    """In the forward's core-ATen inventory (``torch.export`` then ``run_decompositions``)."""
 
 
 class TargetReport(_Model):

@@ -1,0 +1,59 @@
+"""Every op of the step and of the core-ATen inventory gets a mark per target, from a source the report names."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import anydevice as ad
+from anydevice.preflight.judge import NO_TABLE
+from anydevice.preflight.matrix_ops import matrix_fallbacks, results_dir
+
+torch = pytest.importorskip("torch")
+
+
+class Nonzero(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        return (h + torch.nonzero(h > 0).shape[0]).pow(2).mean()
+
+
+def test_every_op_has_a_mark_on_every_target() -> None:
+    report = ad.check(Nonzero(), torch.randn(4, 8), target="xla,tpu,neuron,cpu")
+    obs = report.observation
+    expected = {u.op for u in obs.ops} | set(obs.core_aten)
+    assert obs.core_aten  # the forward exported: its core-ATen ops are judged too
+    for target in report.targets:
+        marks = {v.op: v for v in target.ops}
+        assert set(marks) == expected and len(target.ops) == len(expected), target.target
+        assert all(v.status in ("native", "cpu_fallback", "unsupported", "unknown") and v.source for v in target.ops)
+        assert all(marks[op].core_aten for op in obs.core_aten)
+    xla, tpu, neuron, cpu = report.targets
+    # the project's matrix: a real torch_xla run counted nonzero as a CPU fallback (the lowering probe agrees where it runs)
+    assert {v.op: v.status for v in xla.ops}["aten::nonzero"] == "cpu_fallback"
+    assert xla.verdict == "runs with CPU fallbacks" and xla.cpu_fallbacks >= 1
+    for unpublished in (tpu, neuron):  # no vendor op table is shipped and no real matrix run shows a fallback: unknown
+        assert {v.status for v in unpublished.ops} == {"unknown"} and all(NO_TABLE in v.source for v in unpublished.ops)
+    assert {v.status for v in cpu.ops} == {"native"}
+
+
+def test_matrix_marks_come_from_real_runs_only_and_skip_host_reads(tmp_path: Path) -> None:
+    real = json.loads((results_dir() / "xla-pjrt-cpu.json").read_text())
+    found = matrix_fallbacks("xla", results_dir())
+    source = found.get("aten::nonzero", "")
+    assert "xla-pjrt-cpu.json" in source and "torch_xla 2.9.0" in source and "where_masked_nonzero" in source
+    assert "aten::_local_scalar_dense" not in found  # torch_xla counts .item(); check reports it as a host read
+    simulated = tmp_path / "sim"
+    simulated.mkdir()
+    real["hardware"]["simulated"] = True
+    (simulated / "xla-sim.json").write_text(json.dumps(real))
+    assert matrix_fallbacks("xla", simulated) == {}  # a simulated run is no evidence
+    shutil.copy(results_dir() / "neuron-fake.json", simulated / "neuron-fake.json")
+    assert matrix_fallbacks("neuron", simulated) == {}
