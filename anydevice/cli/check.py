@@ -173,13 +173,18 @@ def render(report: Any) -> str:
         f"{obs.capture.graph_count if obs.capture.graph_count is not None else '?'} graph(s), "
         f"{obs.capture.graph_break_count if obs.capture.graph_break_count is not None else '?'} graph break(s); "
         f"{len(obs.ops)} ATen ops ({len(obs.core_aten)} core ATen in the forward); dtypes {', '.join(obs.dtypes) or 'none'}"
-        + (f"; {mem.total / 2**20:.1f} MiB per replica" if mem else ""),
+        + (f"; {mem.total / 2**20:.1f} MiB per replica" if mem else "")
+        + (f"; {len(obs.collectives)} collective(s)" if obs.collectives else "")
+        + (f"; mesh {', '.join(f'{a}={n}' for a, n in obs.mesh.items())} over {obs.world_size}" if obs.mesh else ""),
     ]
     rank = {"error": 0, "warning": 1, "info": 2}
     for t in report.targets:
         lines += ["", f"{t.target}: {t.summary.upper()}"]
         for f in sorted(t.findings, key=lambda f: rank[f.severity]):
             lines.append(f"  {f.severity:<7} {f.check:<11} {f.message}" + (f"  ({f.line})" if f.line else ""))
+        statuses = ("native", "cpu_fallback", "unsupported", "unknown")
+        marks = {status: sum(v.status == status for v in t.ops) for status in statuses}
+        lines.append(f"  ops: {len(t.ops)} marked: " + ", ".join(f"{n} {status}" for status, n in marks.items() if n))
         for i, fix in enumerate(t.fixes, 1):
             lines.append(f"  fix {i}: {fix}")
         lines.append(f"  sources: {'; '.join(t.sources)}")

@@ -163,7 +163,8 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     }.get(verdict, verdict)
     rank = {"error": 0, "warning": 1, "info": 2}
     fixes = list(dict.fromkeys(f.fix for f in sorted(findings, key=lambda f: rank[f.severity]) if f.fix and f.severity != "info"))
-    sources = [*facts.sources, *_table_source(facts)] or ["nothing declared"]
+    matrix = sorted({v.source.split(":", 1)[0] for v in ops if v.source.startswith("compat matrix ")})
+    sources = [*facts.sources, *_table_source(facts), *matrix] or ["nothing declared"]
     return TargetReport(
         target=target,
         verdict=verdict,

@@ -110,6 +110,7 @@ def test_the_text_report_is_marked_static_analysis_with_versions() -> None:
     assert done.returncode == 1
     assert "static analysis, not a run" in done.stdout and "torch " in done.stdout
     assert "tpu: WILL NOT COMPILE" in done.stdout and marker("float64") in done.stdout
+    assert any(line.startswith("  ops: ") and "unknown" in line for line in done.stdout.splitlines())  # a mark per op
 
 
 def test_bad_input_gets_one_clear_message_and_leaves_nothing(tmp_path: Path) -> None:
