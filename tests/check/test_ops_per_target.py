@@ -45,8 +45,10 @@ def test_every_op_has_a_mark_on_every_target() -> None:
 
 
 def test_matrix_marks_come_from_real_runs_only_and_skip_host_reads(tmp_path: Path) -> None:
-    real = json.loads((results_dir() / "xla-pjrt-cpu.json").read_text())
-    found = matrix_fallbacks("xla", results_dir())
+    shipped = results_dir()
+    assert shipped is not None and (shipped / "xla-pjrt-cpu.json").is_file()
+    real = json.loads((shipped / "xla-pjrt-cpu.json").read_text())
+    found = matrix_fallbacks("xla", shipped)
     source = found.get("aten::nonzero", "")
     assert "xla-pjrt-cpu.json" in source and "torch_xla 2.9.0" in source and "where_masked_nonzero" in source
     assert "aten::_local_scalar_dense" not in found  # torch_xla counts .item(); check reports it as a host read
@@ -55,5 +57,6 @@ def test_matrix_marks_come_from_real_runs_only_and_skip_host_reads(tmp_path: Pat
     real["hardware"]["simulated"] = True
     (simulated / "xla-sim.json").write_text(json.dumps(real))
     assert matrix_fallbacks("xla", simulated) == {}  # a simulated run is no evidence
-    shutil.copy(results_dir() / "neuron-fake.json", simulated / "neuron-fake.json")
+    shutil.copy(shipped / "neuron-fake.json", simulated / "neuron-fake.json")
+    (simulated / "broken.json").write_text("{not json")  # skipped, not fatal
     assert matrix_fallbacks("neuron", simulated) == {}
