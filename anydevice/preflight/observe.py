@@ -84,10 +84,11 @@ def reduce_op_of(args: Any) -> str | None:
     """The ``ReduceOp`` name among a ``c10d::`` op's arguments (a TorchScript ``ReduceOp`` object), or None."""
     import torch.distributed as dist
 
-    names = {int(v): n for n, v in dist.ReduceOp.RedOpType.__members__.items()}
+    names = {v.value: n for n, v in dist.ReduceOp.RedOpType.__members__.items()}
     for arg in args:
         if isinstance(arg, torch.ScriptObject) and "ReduceOp" in str(arg._type()):
-            return names.get(int(arg.op()), str(arg.op()))
+            code = int(getattr(arg, "op")())  # noqa: B009  # a TorchScript method: mypy cannot see it
+            return names.get(code, str(code))
     return None
 
 
