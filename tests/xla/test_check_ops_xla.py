@@ -9,19 +9,10 @@ from __future__ import annotations
 import pytest
 
 import anydevice as ad
+from tests.check.scripts.median_model import MedianHead
 
 pytestmark = pytest.mark.xla
 torch = pytest.importorskip("torch")
-
-
-class MedianHead(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(16, 16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.lin(x)
-        return torch.median(h, dim=-1).values + h.mean(-1)
 
 
 def test_every_op_is_marked_by_xla_kernels_or_a_lowering_probe(monkeypatch: pytest.MonkeyPatch) -> None:
