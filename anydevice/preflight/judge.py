@@ -81,7 +81,7 @@ def op_status(op: str, facts: CheckFacts, example: Any = None, matrix: Mapping[s
     if facts.fallback == "never":
         return "native", "the plugin declares that the device runs every op or raises (no CPU fallback)"
     if table is None:
-        return "unknown", f"{NO_TABLE}, and no real matrix run of the device counted it as a CPU fallback"
+        return "unknown", f"{NO_TABLE}, and no real matrix run of the device counted the op as a CPU fallback"
     checker = _dispatch_checker(table.dispatch_key, table.module)
     if checker is None:
         module = table.module or "the vendor package"
@@ -189,7 +189,8 @@ def judge_ops(target: str, facts: CheckFacts, obs: Observation) -> list[OpVerdic
     verdicts = []
     for op in sorted(step.keys() | core):
         use = step.get(op)
-        status, source = op_status(op, facts, use.example if use is not None else None, matrix)
+        example = use.example if use is not None and use.example is not None else obs.core_examples.get(op)
+        status, source = op_status(op, facts, example, matrix)
         verdicts.append(OpVerdict(op=op, status=status, source=source, in_step=use is not None, core_aten=op in core))
     return verdicts
 

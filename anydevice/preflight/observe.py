@@ -249,7 +249,7 @@ class Observer:
             for name, (calls, line, ex, before) in sorted(self.recorder.ops.items())
         ]
         capture, export_error = Capture(error="the model was never called"), None
-        core: list[str] = []
+        core: dict[str, Any] = {}
         if self.model is not None:
             capture = explain(self.model, self.args, self.kwargs)
             if inventory:
@@ -260,7 +260,8 @@ class Observer:
             sequence=[list(counts).index(s) for s in self.batches],
             capture=capture,
             ops=ops,
-            core_aten=core,
+            core_aten=sorted(core),
+            core_examples={op: example for op, example in sorted(core.items()) if example is not None},
             export_error=export_error,
             dtypes=dict(self.recorder.dtypes),
             data_dependent=[op for op in ops if op.op in DATA_DEPENDENT],
@@ -312,16 +313,29 @@ def explain(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
     return Capture(graph_count=int(out.graph_count), graph_break_count=int(out.graph_break_count), breaks=breaks)
 
 
-def core_aten(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[str], str | None]:
-    """The core-ATen op inventory of the forward (``torch.export`` then ``run_decompositions``), or why it failed."""
+def core_aten(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The core-ATen op inventory of the forward (``torch.export`` then ``run_decompositions``), or why it failed.
+
+    Each op maps to its first node's arguments as :func:`describe` gives them (tensors as the shapes and dtypes
+    export traced), or None when one is opaque: enough for a lowering probe of an op the step itself never called.
+    """
     quiet = logging.getLogger("torch")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # export logs its failed guards at length; the report keeps the first line
     try:
         program = torch.export.export(unwrap(model), tuple(args), kwargs or None, strict=False).run_decompositions()
     except Exception as exc:
-        return [], f"{type(exc).__name__}: {_first_line(str(exc))}"
+        return {}, f"{type(exc).__name__}: {_first_line(str(exc))}"
     finally:
         quiet.setLevel(level)
-    names = {node.target.name() for node in program.graph.nodes if node.op == "call_function" and hasattr(node.target, "name")}
-    return sorted(names), None
+    found: dict[str, Any] = {}
+    for node in program.graph.nodes:
+        if node.op == "call_function" and hasattr(node.target, "name") and node.target.name() not in found:
+            traced = torch.fx.node.map_aggregate((node.args, node.kwargs), _traced_value)
+            found[node.target.name()] = describe([list(traced[0]), dict(traced[1])])
+    return found, None
+
+
+def _traced_value(value: Any) -> Any:
+    """A graph node's traced value (a fake tensor: its shape and dtype are what :func:`describe` keeps)."""
+    return value.meta.get("val") if isinstance(value, torch.fx.Node) else value

@@ -102,6 +102,8 @@ class Observation(_Model):
     capture: Capture
     ops: list[OpUse]
     core_aten: list[str] = Field(default_factory=list)
+    core_examples: dict[str, Any] = Field(default_factory=dict)
+    """For core-ATen ops: the first node's arguments (as ``OpUse.example``), for a lowering probe of ops the step never ran."""
     export_error: str | None = None
     dtypes: dict[str, str | None] = Field(default_factory=dict)
     data_dependent: list[OpUse] = Field(default_factory=list)

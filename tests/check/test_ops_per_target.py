@@ -30,6 +30,8 @@ def test_every_op_has_a_mark_on_every_target() -> None:
     obs = report.observation
     expected = {u.op for u in obs.ops} | set(obs.core_aten)
     assert obs.core_aten  # the forward exported: its core-ATen ops are judged too
+    addmm = obs.core_examples["aten::addmm"]  # traced arguments, for a lowering probe of ops the step never ran
+    assert addmm[0][1] == {"tensor": [4, 8], "dtype": "float32"}
     for target in report.targets:
         marks = {v.op: v for v in target.ops}
         assert set(marks) == expected and len(target.ops) == len(expected), target.target
