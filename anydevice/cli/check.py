@@ -205,6 +205,8 @@ def main(argv: list[str]) -> int:
     whole = mesh is not None and all(size > 0 for size in mesh.values())
     default_world = math.prod(mesh.values()) if mesh is not None and whole else 1  # --mesh dp=2,tp=4 alone: 8 processes
     steps, world = _count(options, "--steps", 4), _count(options, "--nproc", default_world)
+    if "--nproc" not in options and mesh is None:
+        world = 0  # not given: the runner takes the world from the script's own mesh, if it makes one (else 1)
     timeout = float(_count(options, "--timeout", 600))
     path = Path(script)
     if not path.is_file():

@@ -196,6 +196,7 @@ class Observer:
         self.steps = steps
         self.world_size = world_size
         self.mesh = mesh
+        self.mesh_line: str | None = None
         self.batches: list[str] = []
         self.recorder = OpRecorder()
         self.model: torch.nn.Module | None = None
@@ -269,6 +270,7 @@ class Observer:
             cuda_calls=cuda_calls or [],
             world_size=self.world_size,
             mesh=self.mesh,
+            mesh_line=self.mesh_line,
             collectives=list(self.recorder.collectives.values()),
             drop_last_fix=_short_last(self.batches),
             versions={"torch": torch.__version__},

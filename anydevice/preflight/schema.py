@@ -111,7 +111,9 @@ class Observation(_Model):
     cuda_calls: list[CudaCall] = Field(default_factory=list)
     world_size: int = 1
     mesh: dict[str, int] | None = None
-    """The device mesh to check (``--mesh dp=2,tp=4``; -1: what is left of the world), by axis name."""
+    """The device mesh to check (``--mesh dp=2,tp=4``, or the script's own first mesh; -1: what is left of the world)."""
+    mesh_line: str | None = None
+    """``file:line`` of the script's mesh call (None for ``--mesh``)."""
     collectives: list[CollectiveUse] = Field(default_factory=list)
     drop_last_fix: bool = False
     versions: dict[str, str] = Field(default_factory=dict)

@@ -70,7 +70,7 @@ def mesh_findings(target: str, facts: CheckFacts, obs: Observation, findings: li
         return []
     mesh, problem = resolve_mesh(obs.mesh, obs.world_size)
     if problem:
-        findings.append(Finding(check="distributed", severity="error", message=problem, fix=MESH_FIX))
+        findings.append(Finding(check="distributed", severity="error", message=problem, line=obs.mesh_line, fix=MESH_FIX))
         return ["will not launch"]
     axis = "tp" if "tp" in mesh else list(mesh)[-1]
     tp = mesh[axis]
@@ -82,7 +82,8 @@ def mesh_findings(target: str, facts: CheckFacts, obs: Observation, findings: li
                 severity="error",
                 message=f"mesh axis {axis}={tp} divides no whole {target} slice ({_slices(facts)}): "
                 "its tensor-parallel groups would straddle slices",
-                fix=f"use an {axis} degree that divides a slice ({', '.join(map(str, sizes))})",
+                line=obs.mesh_line,
+                fix=f"use a {axis} degree that divides a slice ({', '.join(map(str, sizes))})",
             )
         )
         return ["will not launch"]

@@ -188,3 +188,16 @@ def test_a_mesh_alone_sets_the_world_and_is_checked_against_whole_slices() -> No
 def test_a_mesh_that_is_not_axis_sizes_is_a_usage_error() -> None:
     done = anydevice_cli("check", str(CASES), "clean", "--target", "tpu", "--mesh", "dp:2")
     assert done.returncode == 2 and "is not AXIS=N" in done.stderr
+
+
+def test_the_scripts_own_mesh_is_checked_at_its_line() -> None:
+    code, report = checked("mesh", "-n", "8")
+    assert code == 1 and report.observation.mesh == {"dp": -1, "tp": 3} and report.observation.world_size == 8
+    for target in ("tpu", "cpu"):
+        (error,) = findings(report, target, "distributed")
+        assert "does not divide the world of 8" in error.message and error.line.endswith(marker("mesh"))
+    code, report = checked("mesh")  # no -n: the world is what the mesh names (3), not a whole TPU slice
+    tpu, cpu = report.targets
+    assert report.observation.world_size == 3 and tpu.verdict == "will not launch" and cpu.verdict == "runs"
+    straddles = [f for f in findings(report, "tpu", "distributed") if "tp=3 divides no whole tpu slice" in f.message]
+    assert straddles and straddles[0].line.endswith(marker("mesh"))
