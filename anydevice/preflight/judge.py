@@ -137,7 +137,7 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     ops = judge_ops(target, facts, obs)
     lines = {u.op: u.line for u in obs.ops}
     verdicts: list[Verdict] = ["runs"]
-    fallbacks = [v for v in ops if v.status == "cpu_fallback"]
+    fallbacks = [v for v in ops if v.status == "cpu_fallback" and v.in_step]  # what the step's own dispatch runs
     verdicts += _op_findings(ops, lines, findings)
     unknown = [v.op for v in ops if v.status == "unknown"]
     if unknown:
@@ -154,7 +154,7 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     _cuda_calls(facts, obs, findings)
     verdict = max(verdicts, key=ORDER.index)
     calls = {u.op: u.calls for u in obs.ops}
-    cuts = sum(u.before_step for u in obs.data_dependent if u.op == HOST_READ) + sum(calls.get(v.op, 1) for v in fallbacks)
+    cuts = sum(u.before_step for u in obs.data_dependent if u.op == HOST_READ) + sum(calls[v.op] for v in fallbacks)
     summary = {
         "runs": "runs",
         "runs with CPU fallbacks": f"runs with {len(fallbacks)} CPU fallback(s)",
@@ -209,7 +209,11 @@ OP_PROBLEMS: dict[str, tuple[Severity, str, str, Verdict]] = {
 def _op_findings(ops: list[OpVerdict], lines: dict[str, str | None], findings: list[Finding]) -> list[Verdict]:
     verdicts: list[Verdict] = []
     for v in ops:
-        if v.status in OP_PROBLEMS:
+        if v.status in OP_PROBLEMS and not v.in_step:
+            what = OP_PROBLEMS[v.status][1]
+            message = f"{v.op} {what} ({v.source}); only in the forward's core-ATen decomposition, not run by the step"
+            findings.append(Finding(check="ops", severity="info", message=message))
+        elif v.status in OP_PROBLEMS:
             severity, what, fix, verdict = OP_PROBLEMS[v.status]
             message = f"{v.op} {what} ({v.source})"
             findings.append(

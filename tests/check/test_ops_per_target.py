@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import anydevice as ad
-from anydevice.preflight.judge import NO_TABLE
+from anydevice.check_facts import CheckFacts, OpTable
+from anydevice.preflight.judge import NO_TABLE, judge
 from anydevice.preflight.matrix_ops import matrix_fallbacks, results_dir
 
 torch = pytest.importorskip("torch")
@@ -62,3 +63,17 @@ def test_matrix_marks_come_from_real_runs_only_and_skip_host_reads(tmp_path: Pat
     shutil.copy(shipped / "neuron-fake.json", simulated / "neuron-fake.json")
     (simulated / "broken.json").write_text("{not json")  # skipped, not fatal
     assert matrix_fallbacks("neuron", simulated) == {}
+
+
+def test_an_op_only_the_core_aten_decomposition_has_is_reported_but_not_counted() -> None:
+    report = ad.check(Nonzero(), torch.randn(4, 8), target="cpu")
+    core_only = sorted(set(report.observation.core_aten) - {u.op for u in report.observation.ops})
+    stepped = report.observation.ops[0].op
+    marks = {op: "unsupported" for op in [*core_only, "aten::does_not_exist"]}
+    table = OpTable(source="a table", version="1", date="2026-11-01", ops={**marks, stepped: "cpu_fallback"})
+    if not core_only:
+        pytest.skip("this torch's export gave no op the step did not run")
+    judged = judge("chip", CheckFacts(op_table=table), report.observation)
+    assert judged.verdict == "runs with CPU fallbacks" and judged.cpu_fallbacks == 1  # only the step's op counts
+    infos = [f for f in judged.findings if f.check == "ops" and "only in the forward's core-ATen decomposition" in f.message]
+    assert {f.message.split()[0] for f in infos} == set(core_only) and all(f.severity == "info" for f in infos)
