@@ -118,6 +118,8 @@ def describe(value: Any) -> Any:
 
 def _describe(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
+        if not all(isinstance(size, int) for size in value.shape):
+            raise _Opaque("a symbolic shape (a traced data-dependent size)")
         return {"tensor": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
     if isinstance(value, torch.dtype):
         return {"dtype": str(value).removeprefix("torch.")}

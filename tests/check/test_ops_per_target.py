@@ -33,6 +33,8 @@ def test_every_op_has_a_mark_on_every_target() -> None:
     assert obs.core_aten  # the forward exported: its core-ATen ops are judged too
     addmm = obs.core_examples["aten::addmm"]  # traced arguments, for a lowering probe of ops the step never ran
     assert addmm[0][1] == {"tensor": [4, 8], "dtype": "float32"}
+    assert all(isinstance(size, int) for ex in obs.core_examples.values() for size in _sizes(ex))  # no symbolic sizes
+    assert obs.model_dump_json()  # nonzero's traced (symbolic) output size is left out, so the JSON can be written
     for target in report.targets:
         marks = {v.op: v for v in target.ops}
         assert set(marks) == expected and len(target.ops) == len(expected), target.target
@@ -77,3 +79,11 @@ def test_an_op_only_the_core_aten_decomposition_has_is_reported_but_not_counted(
     assert judged.verdict == "runs with CPU fallbacks" and judged.cpu_fallbacks == 1  # only the step's op counts
     infos = [f for f in judged.findings if f.check == "ops" and "only in the forward's core-ATen decomposition" in f.message]
     assert {f.message.split()[0] for f in infos} == set(core_only) and all(f.severity == "info" for f in infos)
+
+
+def _sizes(example: object) -> list[object]:
+    if isinstance(example, dict):
+        return list(example.get("tensor", [])) + [s for v in example.values() if isinstance(v, (dict, list)) for s in _sizes(v)]
+    if isinstance(example, list):
+        return [s for v in example for s in _sizes(v)]
+    return []
