@@ -28,8 +28,9 @@ import torch
 import torch.utils.data
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from anydevice.preflight.observe import Observer, user_line
+from anydevice.preflight.observe import Observer
 from anydevice.preflight.schema import CudaCall
+from anydevice.strict import user_line
 
 
 class _Enough(BaseException):

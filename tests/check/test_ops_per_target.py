@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import anydevice as ad
-from anydevice.check_facts import CheckFacts, OpTable
+from anydevice.plugin import CheckFacts, OpTable
 from anydevice.preflight.judge import NO_TABLE, judge
 from anydevice.preflight.matrix_ops import matrix_fallbacks, results_dir
 

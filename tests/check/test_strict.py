@@ -68,9 +68,9 @@ def test_doctor_says_whether_strict_is_on() -> None:
 
 
 def test_neuron_refuses_strict_saying_why_and_what_to_use_instead() -> None:
-    from anydevice.registry import get_registry
+    from anydevice.plugins import neuron
 
-    facts = get_registry().get("neuron").spec.check
+    facts = neuron.CHECK_FACTS  # what the registered neuron device declares
     assert facts.fallback == "unknown"  # nothing in its documented API notices a CPU fallback
     error = strict.refusal("neuron", facts)
     assert isinstance(error, UnsupportedFeatureError)
