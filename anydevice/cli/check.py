@@ -182,12 +182,12 @@ def render(report: Any) -> str:
         lines += ["", f"{t.target}: {t.summary.upper()}"]
         for f in sorted(t.findings, key=lambda f: rank[f.severity]):
             lines.append(f"  {f.severity:<7} {f.check:<11} {f.message}" + (f"  ({f.line})" if f.line else ""))
-        statuses = ("native", "cpu_fallback", "unsupported", "unknown")
-        marks = {status: sum(v.status == status for v in t.ops) for status in statuses}
-        lines.append(f"  ops: {len(t.ops)} marked: " + ", ".join(f"{n} {status}" for status, n in marks.items() if n))
         for i, fix in enumerate(t.fixes, 1):
             lines.append(f"  fix {i}: {fix}")
         lines.append(f"  sources: {'; '.join(t.sources)}")
+        statuses = ("native", "cpu_fallback", "unsupported", "unknown")
+        marks = {status: sum(v.status == status for v in t.ops) for status in statuses}
+        lines.append(f"  ops: {len(t.ops)} marked: " + ", ".join(f"{n} {status}" for status, n in marks.items() if n))
     return "\n".join(lines)
 
 

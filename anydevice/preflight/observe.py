@@ -30,8 +30,6 @@ DATA_DEPENDENT = frozenset(
     }
 )
 """Ops whose output shape or Python value depends on tensor data: a host read or a data-dependent shape."""
-HOST_READ = "aten::_local_scalar_dense"
-"""A read of a device value to the host (``.item()``, ``if tensor:``): a sync and a graph cut, not an op on the CPU."""
 
 
 class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
