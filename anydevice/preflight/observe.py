@@ -206,6 +206,10 @@ class Observer:
         self.memory: Memory | None = None
         self.steps_done = 0
 
+    def caller(self) -> str | None:
+        """``file:line`` of the user's code calling in now (the first frame outside torch and anydevice)."""
+        return user_line()
+
     def batch(self, batch: Any) -> None:
         """A batch the loader yielded (only the first ``steps`` count)."""
         if len(self.batches) < self.steps:

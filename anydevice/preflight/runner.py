@@ -30,7 +30,6 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from anydevice.preflight.observe import Observer
 from anydevice.preflight.schema import CudaCall
-from anydevice.strict import user_line
 
 
 class _Enough(BaseException):
@@ -115,7 +114,7 @@ class Hooks:
 
     def mesh_seen(self, degrees: dict[str, int]) -> None:
         if self.script_mesh is None:
-            self.script_mesh = (degrees, user_line())
+            self.script_mesh = (degrees, self.observer.caller())
 
     def stepping(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.observer.recorder.in_optimizer = True
