@@ -10,7 +10,12 @@ from pathlib import Path
 from anydevice.plugin import ALL_DTYPES, FP8, CheckFacts, Detection, DeviceSpec, Hardware, Launch, Serving, Shims, hookimpl
 
 CHECK_FACTS = CheckFacts(
-    dtypes=ALL_DTYPES | FP8, fallback="never", compile_backends=("inductor",), sources=("torch's CPU backend",)
+    dtypes=ALL_DTYPES | FP8,
+    fallback="never",
+    compile_backends=("inductor",),
+    dist_backend="gloo",
+    lacking_reduce_ops=frozenset(),  # as its collectives shim declares
+    sources=("torch's CPU backend",),
 )
 """The host: every dtype, dynamic shapes, nothing to fall back from; its memory is the host's."""
 

@@ -23,6 +23,8 @@ CHECK_FACTS = CheckFacts(
     fallback="never",  # an op without a CUDA kernel raises; nothing runs on the CPU silently
     compile_backends=("inductor",),
     runs_cuda_calls=True,
+    dist_backend="nccl",
+    lacking_reduce_ops=frozenset(),  # as its collectives shim declares (NCCL has every ReduceOp)
     sources=("NVIDIA and AMD datasheets (memory per GPU)",),
 )
 """What ``anydevice check`` reads for CUDA GPUs (eager, dynamic shapes; every torch op has a CUDA kernel)."""

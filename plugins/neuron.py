@@ -62,7 +62,17 @@ CHECK_FACTS = CheckFacts(
     dtypes=NO_DOUBLE | FP8,  # Trainium has no float64/complex engines; fp8 on Trainium2 and later ([doc])
     static_shapes=True,  # torch.compile(backend="neuron") rejects dynamic=True: each shape is a compile
     memory_per_chip={"Trainium1": 32 * GiB, "Trainium2": 96 * GiB, "Trainium3": 144 * GiB},  # AWS Neuron docs, HBM per chip
-    fallback="unknown",  # TorchNeuron falls back to the CPU for some ops; no switch to detect it is verified here
+    fallback="unknown",  # TorchNeuron falls back to the CPU for some ops; no documented switch or counter to notice it
+    strict_refusal=(
+        "TorchNeuron runs the ops it has no Neuron kernel for on the CPU (its operator table marks them CPU_FALLBACK). "
+        "AWS's docs say that fallback can be disabled, but name no switch in anydevice's sources, and the API this "
+        "plugin is built and tested against (torch.neuron device calls, torch_neuronx.memory_stats, the neuron compile "
+        "and process-group backends, the NeuronConfig profiler) offers none, nor a count of fallbacks to read after a "
+        "step; anydevice does not guess a variable name.",
+        "Before a run: `anydevice check SCRIPT --target neuron` lists the script's ops, and AWS's 'Supported PyTorch "
+        "APIs and operators' table marks the CPU_FALLBACK ones; on Trainium, a torch.profiler trace with "
+        "activities=[CPU, PrivateUse1] shows which ops ran on the CPU.",
+    ),
     compile_backends=("neuron",),
     sources=("AWS Neuron docs (HBM per chip; torch.compile reference 2026-10-14)",),
 )

@@ -50,6 +50,8 @@ CHECK_FACTS = CheckFacts(
     ),
     fallback="counters",  # torch_xla counts each op it ran on the CPU (torch_xla.debug.metrics)
     compile_backends=("openxla",),
+    dist_backend="xla",
+    lacking_reduce_ops=lazy_xla.LACKING_REDUCE_OPS,
     sources=("torch_xla 2.9 on PJRT CPU (ran)",),
 )
 """What ``anydevice check`` reads for xla: ops are judged by the XLA kernels torch_xla registers, when it is importable."""

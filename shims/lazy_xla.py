@@ -74,6 +74,8 @@ def torch_xla_ended(torch_version: str | None) -> bool:
 
 
 """PJRT runtimes torch_xla 2.9 can select with ``PJRT_DEVICE``."""
+LACKING_REDUCE_OPS: Final = frozenset({"AVG"})
+"""``ReduceOp`` names torch_xla's ``xla`` process group rejects (read by the shim and by ``anydevice check``)."""
 OPENXLA_OPTIONS = frozenset({"backend", "fullgraph", "dynamic", "disable"})
 """``torch.compile`` keywords ``openxla`` understands: it takes no inductor ``mode``/``options``."""
 
@@ -339,7 +341,7 @@ class XlaCollectives(Collectives):
 
     backend = "xla"
     init_method = "xla://"
-    lacking_reduce_ops = frozenset({"AVG"})  # torch_xla's process group rejects ReduceOp.AVG
+    lacking_reduce_ops = LACKING_REDUCE_OPS  # torch_xla's process group rejects ReduceOp.AVG
     fsdp = False
     tensor_parallel = "spmd"  # parallelize_module's hooks fail on an XLA DeviceMesh; mark_sharding works
 

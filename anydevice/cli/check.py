@@ -1,4 +1,4 @@
-"""``anydevice check SCRIPT [ARGS...] --target tpu,neuron,xla [--json] [--steps N] [-n N]``: will it run there?
+"""``anydevice check SCRIPT [ARGS...] --target tpu,neuron,xla [--json] [--steps N] [-n N] [--mesh dp=2,tp=4]``: will it run there?
 
 Runs the script's first N steps on the CPU in a child process (:mod:`anydevice.preflight.runner`, with
 cuda-compat on so CUDA-written scripts run too), then prints a report per target: a static analysis, not
@@ -9,6 +9,7 @@ of them goes after ``--``. Exit status: 0 every target "runs", 1 otherwise, 2 us
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -19,8 +20,20 @@ from typing import Any
 
 from anydevice.errors import AnyDeviceError
 
-OWN = {"--target": True, "-t": True, "--steps": True, "-n": True, "--nproc": True, "--timeout": True, "--json": False}
-USAGE = "usage: anydevice check SCRIPT [ARGS...] --target DEVICES [--json] [--steps N] [-n N] [--timeout S] [-- SCRIPT ARGS]"
+OWN = {
+    "--target": True,
+    "-t": True,
+    "--steps": True,
+    "-n": True,
+    "--nproc": True,
+    "--mesh": True,
+    "--timeout": True,
+    "--json": False,
+}
+USAGE = (
+    "usage: anydevice check SCRIPT [ARGS...] --target DEVICES [--json] [--steps N] [-n N] [--mesh AXIS=N,...] "
+    "[--timeout S] [-- SCRIPT ARGS]"
+)
 DROPPED = frozenset({"ANYDEVICE_STRICT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"})
 """Variables the child must not inherit: it runs one plain process on the CPU."""
 
@@ -68,7 +81,26 @@ def _count(options: dict[str, Any], name: str, default: int) -> int:
     return value
 
 
-def observe(script: Path, args: list[str], steps: int, world: int, timeout: float) -> dict[str, Any]:
+MESH_EXAMPLE = f"{USAGE}\ne.g. --mesh dp=-1,tp=4"
+
+
+def parse_mesh(text: str) -> dict[str, int]:
+    """``dp=2,tp=4`` (``-1``: what is left of the world) -> ``{"dp": 2, "tp": 4}``; anything else is a usage error."""
+    mesh: dict[str, int] = {}
+    for part in text.split(","):
+        axis, _, size = (s.strip() for s in part.partition("="))
+        if not axis or axis in mesh:
+            raise AnyDeviceError(f"--mesh {text!r}: each axis needs a distinct name.", MESH_EXAMPLE)
+        try:
+            mesh[axis] = int(size)
+        except ValueError:
+            raise AnyDeviceError(f"--mesh {text!r}: {part.strip()!r} is not AXIS=N.", MESH_EXAMPLE) from None
+    return mesh
+
+
+def observe(
+    script: Path, args: list[str], steps: int, world: int, timeout: float, mesh: dict[str, int] | None = None
+) -> dict[str, Any]:
     """Run the script's first ``steps`` steps on the CPU in a child process; its observation as a dict.
 
     Everything it writes to caches or temporary files goes to a directory removed afterwards, and its
@@ -85,7 +117,9 @@ def observe(script: Path, args: list[str], steps: int, world: int, timeout: floa
             ANYDEVICE_CACHE_DIR=str(Path(tmp) / "cache"),
             TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor"),
         )
-        command = [sys.executable, "-m", "anydevice.preflight.runner", str(out), str(steps), str(world), str(script), *args]
+        shape = json.dumps(mesh) if mesh is not None else "-"
+        command = [sys.executable, "-m", "anydevice.preflight.runner", str(out), str(steps), str(world), shape]
+        command += [str(script), *args]
         child = subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
@@ -139,13 +173,18 @@ def render(report: Any) -> str:
         f"{obs.capture.graph_count if obs.capture.graph_count is not None else '?'} graph(s), "
         f"{obs.capture.graph_break_count if obs.capture.graph_break_count is not None else '?'} graph break(s); "
         f"{len(obs.ops)} ATen ops ({len(obs.core_aten)} core ATen in the forward); dtypes {', '.join(obs.dtypes) or 'none'}"
-        + (f"; {mem.total / 2**20:.1f} MiB per replica" if mem else ""),
+        + (f"; {mem.total / 2**20:.1f} MiB per replica" if mem else "")
+        + (f"; {len(obs.collectives)} collective(s)" if obs.collectives else "")
+        + (f"; mesh {', '.join(f'{a}={n}' for a, n in obs.mesh.items())} over {obs.world_size}" if obs.mesh else ""),
     ]
     from anydevice.preflight.text import findings_block
 
     for t in report.targets:
         lines += ["", f"{t.target}: {t.summary.upper()}", *findings_block(t.findings, t.fixes)]
         lines.append(f"  sources: {'; '.join(t.sources)}")
+        statuses = ("native", "cpu_fallback", "unsupported", "unknown")
+        marks = {status: sum(v.status == status for v in t.ops) for status in statuses}
+        lines.append(f"  ops: {len(t.ops)} marked: " + ", ".join(f"{n} {status}" for status, n in marks.items() if n))
     return "\n".join(lines)
 
 
@@ -159,12 +198,17 @@ def main(argv: list[str]) -> int:
 
     options, script, args = split(argv)
     targets = targets_of(options["--target"])
-    steps, world = _count(options, "--steps", 4), _count(options, "--nproc", 1)
+    mesh = parse_mesh(options["--mesh"]) if "--mesh" in options else None
+    whole = mesh is not None and all(size > 0 for size in mesh.values())
+    default_world = math.prod(mesh.values()) if mesh is not None and whole else 1  # --mesh dp=2,tp=4 alone: 8 processes
+    steps, world = _count(options, "--steps", 4), _count(options, "--nproc", default_world)
+    if "--nproc" not in options and mesh is None:
+        world = 0  # not given: the runner takes the world from the script's own mesh, if it makes one (else 1)
     timeout = float(_count(options, "--timeout", 600))
     path = Path(script)
     if not path.is_file():
         raise AnyDeviceError(f"No such script: {script}.", USAGE)
-    observation = Observation.model_validate(observe(path, args, steps, world, timeout))
+    observation = Observation.model_validate(observe(path, args, steps, world, timeout, mesh))
     result = report(observation, targets, script=script)
     if options["--json"]:
         print(result.model_dump_json(indent=2))

@@ -84,8 +84,13 @@ class CheckFacts:
     :param fallback: how strict mode notices CPU fallback (:data:`FallbackMechanism`).
     :param fallback_warning: with ``fallback="warnings"``: a regular expression the runtime's fallback
         warnings match; strict mode turns them into errors.
+    :param strict_refusal: with ``fallback="unknown"``: (why strict mode cannot watch this device, what to use
+        instead), for the refusal's message; None: a generic one.
     :param compile_backends: ``torch.compile`` backends the device runs (its own first).
     :param runs_cuda_calls: ``torch.cuda`` calls run natively here (the CUDA device itself): not reported.
+    :param dist_backend: the ``torch.distributed`` backend the device's collectives use (``xla``, ``nccl``); None: unknown.
+    :param lacking_reduce_ops: ``ReduceOp`` names its process group rejects (the same set as the collectives shim's
+        ``Collectives.lacking_reduce_ops``; ``{"AVG"}`` on torch_xla); None: unknown, collectives are not checked.
     :param sources: where these facts come from, one phrase each (docs, tables, runs), for the report.
     """
 
@@ -96,8 +101,11 @@ class CheckFacts:
     op_table: OpTable | None = None
     fallback: FallbackMechanism = "unknown"
     fallback_warning: str | None = None
+    strict_refusal: tuple[str, str] | None = None
     compile_backends: tuple[str, ...] = ()
     runs_cuda_calls: bool = False
+    dist_backend: str | None = None
+    lacking_reduce_ops: frozenset[str] | None = None
     sources: tuple[str, ...] = ()
 
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 _active: Redirect | None = None
 _exit_registered = False
+_lines_wanted = False
 
 
 def enable() -> bool:
@@ -26,6 +27,8 @@ def enable() -> bool:
 
     backend = current()
     _active = install(backend, device_module())
+    if _active is not None and _lines_wanted:
+        _active.report.record_lines()
     if _loud():
         line = (
             summary(_active)
@@ -55,8 +58,22 @@ def enabled() -> bool:
 
 
 def report() -> dict[str, object]:
-    """This process's migration report so far: ``{"device", "calls": [{"call", "kind", "outcome"}]}``."""
+    """This process's migration report so far: ``{"device", "calls": [{"call", "kind", "outcome"}]}``.
+
+    After :func:`record_lines` each call also has ``"line"``: where user code first made it (or None).
+    """
     return _active.report.as_json() if _active is not None else {"device": None, "calls": []}
+
+
+def record_lines() -> None:
+    """From now on (or from :func:`enable` on) the report keeps each distinct call's first ``file:line`` in user code.
+
+    ``anydevice check`` asks for it; a plain run does not read a frame.
+    """
+    global _lines_wanted
+    _lines_wanted = True
+    if _active is not None:
+        _active.report.record_lines()
 
 
 def _loud() -> bool:

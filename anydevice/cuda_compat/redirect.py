@@ -99,13 +99,14 @@ class Redirect:
         self.dist_backend: str = collectives.backend
         self.init_method: str = collectives.init_method
         self.indexed = not (self.host or self.lazy)  # takes device ids (DDP, init_process_group)
-        self.report = MigrationReport(backend.name if str(self.target) == backend.name else f"{backend.name} ({self.target})")
+        vendors = {name.replace("-", "_").partition(".")[0] for name in backend.versions}  # torch_xla, torch_tpu, ...
+        self.scope = Scope(INTERNAL_PACKAGES | vendors)
+        name = backend.name if str(self.target) == backend.name else f"{backend.name} ({self.target})"
+        self.report = MigrationReport(name, self.scope.internal)
         self.patches = Patches()
         self._said: set[str] = set()
         self.local_rank = _optional_int(settings.LOCAL_RANK.get()) or 0
         self.local_world_size = _optional_int(settings.LOCAL_WORLD_SIZE.get())
-        vendors = {name.replace("-", "_").partition(".")[0] for name in backend.versions}  # torch_xla, torch_tpu, ...
-        self.scope = Scope(INTERNAL_PACKAGES | vendors)
 
     # -- messages ----------------------------------------------------------------------------------
     def notice(self, line: str) -> None:

@@ -58,13 +58,15 @@ def check(
     optimizer: torch.optim.Optimizer | None = None,
     steps: int = 4,
     world_size: int = 1,
+    mesh: dict[str, int] | None = None,
 ) -> Report:
     """Will ``model`` run on ``target``? A static analysis on the CPU, not a run; the target is not needed.
 
     ``example_inputs`` (a tuple of positional arguments, or one tensor) is called on a CPU copy of the model:
     forward, a backward of the summed output and, with ``optimizer``, one step of a copy of it on the model's
     copy (the caller's model and optimizer are untouched). ``loader``: the input
-    signatures come from its first ``steps`` batches instead of the example. Returns a
+    signatures come from its first ``steps`` batches instead of the example. ``world_size`` and ``mesh``
+    (``{"dp": -1, "tp": 4}``) are checked against each target's topology. Returns a
     :class:`~anydevice.preflight.schema.Report`; ``report.ok`` is True when every target "runs".
     """
     import torch
@@ -76,7 +78,7 @@ def check(
     work, opt = copy.deepcopy((model, optimizer))  # one memo: the copied optimizer holds the copied parameters
     work = work.to("cpu").train()
     args = tuple(a.to("cpu") if isinstance(a, torch.Tensor) else a for a in args)
-    observer = Observer(steps, world_size)
+    observer = Observer(steps, world_size, mesh)
     batches = list(itertools.islice(loader, steps)) if loader is not None else [args]
     for batch in batches:
         observer.batch(batch)

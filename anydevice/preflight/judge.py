@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+from collections.abc import Mapping
 from typing import Any
 
 from anydevice.contract.check_facts import CheckFacts
 from anydevice.preflight.observe import DATA_DEPENDENT
 from anydevice.preflight.schema import Finding, Observation, OpStatus, OpVerdict, Severity, TargetReport, Verdict
+from anydevice.preflight.topology import collective_findings, mesh_findings, world_findings
 
 ORDER: tuple[Verdict, ...] = (
     "runs",
@@ -58,18 +60,29 @@ def _dispatch_checker(dispatch_key: str | None, module_name: str | None) -> tupl
     return dispatch_key, "torch"
 
 
-def op_status(op: str, facts: CheckFacts, example: Any = None) -> tuple[OpStatus, str]:
-    """How the target runs ``op`` and the source that says so (``example``: its first call's arguments, for a probe)."""
+NO_TABLE = "no op table for this device is shipped (no vendor table published in anydevice's sources)"
+
+
+def op_status(op: str, facts: CheckFacts, example: Any = None, matrix: Mapping[str, str] | None = None) -> tuple[OpStatus, str]:
+    """How the target runs ``op`` and the source that says so.
+
+    In order: the plugin's shipped table (``OpTable.ops``), the project's matrix results for the device
+    (``matrix``: op -> the real run that counted it as a CPU fallback), the plugin's "never falls back",
+    then the dispatch key's kernels and a lowering probe (``example``: the op's first call's arguments).
+    """
     table = facts.op_table
     if any(marker in op for marker in CPU_ONLY_MARKERS):
         return "native", "the CPU's own kernel for a portable op (the target picks its own)"
-    if table is None and facts.fallback == "never":
+    declared = (table.ops.get(op) or table.ops.get(_base(op))) if table is not None else None
+    if table is not None and declared in ("native", "cpu_fallback", "unsupported"):
+        return declared, f"{table.source} {table.version} ({table.date})"  # type: ignore[return-value]
+    seen = _in_matrix(op, matrix or {})
+    if seen is not None:
+        return "cpu_fallback", seen
+    if facts.fallback == "never":
         return "native", "the plugin declares that the device runs every op or raises (no CPU fallback)"
     if table is None:
-        return "unknown", "no op table declared"
-    declared = table.ops.get(op) or table.ops.get(_base(op))
-    if declared in ("native", "cpu_fallback", "unsupported"):
-        return declared, f"{table.source} {table.version} ({table.date})"  # type: ignore[return-value]
+        return "unknown", f"{NO_TABLE}, and no real matrix run of the device counted the op as a CPU fallback"
     checker = _dispatch_checker(table.dispatch_key, table.module)
     if checker is None:
         module = table.module or "the vendor package"
@@ -83,6 +96,13 @@ def op_status(op: str, facts: CheckFacts, example: Any = None) -> tuple[OpStatus
     if table.probe is None or example is None:
         return "unknown", f"no {key} kernel registered by {version}, and no probe could run it"
     return _probed(op, example, table.probe, version)
+
+
+def _in_matrix(op: str, matrix: Mapping[str, str]) -> str | None:
+    """The matrix run that saw ``op`` (or another overload of it) fall back, or None."""
+    if op in matrix:
+        return matrix[op]
+    return next((source for name, source in matrix.items() if _base(name) == _base(op)), None)
 
 
 def _probed(op: str, example: Any, probe: str, version: str) -> tuple[OpStatus, str]:
@@ -115,10 +135,10 @@ def _probed(op: str, example: Any, probe: str, version: str) -> tuple[OpStatus, 
 def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     """The report for ``target``: findings from every check, the verdict and the top fixes."""
     findings: list[Finding] = []
-    ops = [OpVerdict(op=u.op, status=s, source=src) for u in obs.ops for s, src in [op_status(u.op, facts, u.example)]]
+    ops = judge_ops(target, facts, obs)
     lines = {u.op: u.line for u in obs.ops}
     verdicts: list[Verdict] = ["runs"]
-    fallbacks = [v for v in ops if v.status == "cpu_fallback"]
+    fallbacks = [v for v in ops if v.status == "cpu_fallback" and v.in_step]  # what the step's own dispatch runs
     verdicts += _op_findings(ops, lines, findings)
     unknown = [v.op for v in ops if v.status == "unknown"]
     if unknown:
@@ -129,7 +149,8 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     if recompiles:
         verdicts.append("will recompile")
     _capture(facts, obs, findings)
-    verdicts += _distributed(target, facts, obs, findings)
+    for distributed in (world_findings, mesh_findings, collective_findings):
+        verdicts += distributed(target, facts, obs, findings)
     verdicts += _memory(facts, obs, findings)
     _cuda_calls(facts, obs, findings)
     verdict = max(verdicts, key=ORDER.index)
@@ -142,7 +163,8 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     }.get(verdict, verdict)
     rank = {"error": 0, "warning": 1, "info": 2}
     fixes = list(dict.fromkeys(f.fix for f in sorted(findings, key=lambda f: rank[f.severity]) if f.fix and f.severity != "info"))
-    sources = [*facts.sources, *_table_source(facts)] or ["nothing declared"]
+    matrix = sorted({v.source.split(":", 1)[0] for v in ops if v.source.startswith("compat matrix ")})
+    sources = [*facts.sources, *_table_source(facts), *matrix] or ["nothing declared"]
     return TargetReport(
         target=target,
         verdict=verdict,
@@ -156,6 +178,22 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
         ops=ops,
         sources=sources,
     )
+
+
+def judge_ops(target: str, facts: CheckFacts, obs: Observation) -> list[OpVerdict]:
+    """A mark for every op of the step and of the forward's core-ATen inventory on ``target``, with its source."""
+    from anydevice.preflight.matrix_ops import matrix_fallbacks
+
+    matrix = matrix_fallbacks(target)
+    core = set(obs.core_aten)
+    step = {u.op: u for u in obs.ops}
+    verdicts = []
+    for op in sorted(step.keys() | core):
+        use = step.get(op)
+        example = use.example if use is not None and use.example is not None else obs.core_examples.get(op)
+        status, source = op_status(op, facts, example, matrix)
+        verdicts.append(OpVerdict(op=op, status=status, source=source, in_step=use is not None, core_aten=op in core))
+    return verdicts
 
 
 OP_PROBLEMS: dict[str, tuple[Severity, str, str, Verdict]] = {
@@ -172,11 +210,15 @@ OP_PROBLEMS: dict[str, tuple[Severity, str, str, Verdict]] = {
 def _op_findings(ops: list[OpVerdict], lines: dict[str, str | None], findings: list[Finding]) -> list[Verdict]:
     verdicts: list[Verdict] = []
     for v in ops:
-        if v.status in OP_PROBLEMS:
+        if v.status in OP_PROBLEMS and not v.in_step:
+            what = OP_PROBLEMS[v.status][1]
+            message = f"{v.op} {what} ({v.source}); only in the forward's core-ATen decomposition, not run by the step"
+            findings.append(Finding(check="ops", severity="info", message=message))
+        elif v.status in OP_PROBLEMS:
             severity, what, fix, verdict = OP_PROBLEMS[v.status]
             message = f"{v.op} {what} ({v.source})"
             findings.append(
-                Finding(check="ops", severity=severity, message=message, line=lines[v.op], fix=f"replace {v.op} {fix}")
+                Finding(check="ops", severity=severity, message=message, line=lines.get(v.op), fix=f"replace {v.op} {fix}")
             )
             verdicts.append(verdict)
     return verdicts
@@ -251,30 +293,6 @@ def _capture(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> No
         )
 
 
-def _distributed(target: str, facts: CheckFacts, obs: Observation, findings: list[Finding]) -> list[Verdict]:
-    n = obs.world_size
-    if not facts.world_sizes:
-        return []
-    fits = [chip for chip, sizes in facts.world_sizes.items() if n in sizes]
-    allowed = "; ".join(f"{chip} {{{', '.join(map(str, sizes))}}}" for chip, sizes in facts.world_sizes.items())
-    if not fits:
-        findings.append(
-            Finding(
-                check="distributed",
-                severity="error",
-                message=f"{n} process(es) is not a whole {target} slice on any "
-                f"chip (whole slices: {allowed}); a partial slice never passes the start barrier",
-                fix=f"launch a whole slice: -n in {allowed}",
-            )
-        )
-        return ["will not launch"]
-    if n > 1 and len(fits) < len(facts.world_sizes):
-        findings.append(
-            Finding(check="distributed", severity="info", message=f"{n} process(es) is a whole slice on {', '.join(fits)} only")
-        )
-    return []
-
-
 def _memory(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> list[Verdict]:
     mem = obs.memory
     if mem is None or not facts.memory_per_chip:
@@ -311,12 +329,12 @@ def _cuda_calls(facts: CheckFacts, obs: Observation, findings: list[Finding]) ->
     if facts.runs_cuda_calls:
         return
     for call in obs.cuda_calls:
-        refused = call.get("kind") == "refused"
         findings.append(
             Finding(
                 check="cuda_calls",
-                severity="error" if refused else "info",
-                message=f"CUDA-only call {call.get('call')}: {call.get('outcome')}",
+                severity="error" if call.kind == "refused" else "info",
+                message=f"CUDA-only call {call.call}: {call.kind}, {call.outcome}",
+                line=call.line,
                 fix="run with `anydevice run --cuda-compat`, or port the call to anydevice's API",
             )
         )

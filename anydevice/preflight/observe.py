@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from anydevice.preflight.schema import Capture, GraphBreak, Memory, Observation, OpUse, Signature
+from anydevice.preflight.schema import Capture, CollectiveUse, CudaCall, GraphBreak, Memory, Observation, OpUse, Signature
 from anydevice.runtime.strict import user_line
 
 DATA_DEPENDENT = frozenset(
@@ -39,6 +39,7 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         super().__init__()  # type: ignore[no-untyped-call]
         self.ops: dict[str, list[Any]] = {}  # name -> [calls, line, first call's arguments, calls before the optimizer step]
         self.dtypes: dict[str, str | None] = {}
+        self.collectives: dict[tuple[str, str | None, bool], CollectiveUse] = {}
         self.host_reads_in_optimizer = 0
         self.in_optimizer = False  # set around optimizer.step(): its step counters are host scalars by design
         self.stepped = False  # set after the optimizer step: what follows (logging reads) is after the step's graph
@@ -49,6 +50,9 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if self.paused:
             return out
         name = func.name()
+        if name.startswith("c10d::"):
+            self._collective(name, args)
+            return out
         if self.in_optimizer and name in DATA_DEPENDENT:
             self.host_reads_in_optimizer += 1
             return out
@@ -65,6 +69,38 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                     self.dtypes[dtype] = user_line()
         return out
 
+    def _collective(self, name: str, args: Any) -> None:
+        key = (name, reduce_op_of(args), _via_anydevice())
+        use = self.collectives.get(key)
+        if use is None:
+            self.collectives[key] = CollectiveUse(op=name, reduce_op=key[1], calls=1, line=user_line(), via_anydevice=key[2])
+        else:
+            use.calls += 1
+
+
+def reduce_op_of(args: Any) -> str | None:
+    """The ``ReduceOp`` name among a ``c10d::`` op's arguments (a TorchScript ``ReduceOp`` object), or None."""
+    import torch.distributed as dist
+
+    names = {v.value: n for n, v in dist.ReduceOp.RedOpType.__members__.items()}
+    for arg in args:
+        if isinstance(arg, torch.ScriptObject) and "ReduceOp" in str(arg._type()):
+            code = int(getattr(arg, "op")())  # noqa: B009  # a TorchScript method: mypy cannot see it
+            return names.get(code, str(code))
+    return None
+
+
+def _via_anydevice() -> bool:
+    """Whether ``anydevice.distributed`` is on the stack (its ``AVG`` is emulated where a process group lacks it)."""
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "anydevice.distributed":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
 
 class _Opaque(Exception):
     """An argument :func:`describe` cannot put in JSON (the op is then not probed)."""
@@ -80,6 +116,8 @@ def describe(value: Any) -> Any:
 
 def _describe(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
+        if not all(isinstance(size, int) for size in value.shape):
+            raise _Opaque("a symbolic shape (a traced data-dependent size)")
         return {"tensor": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
     if isinstance(value, torch.dtype):
         return {"dtype": str(value).removeprefix("torch.")}
@@ -154,9 +192,11 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 class Observer:
     """Collects an :class:`Observation` from batches, the first step's model call and the optimizer."""
 
-    def __init__(self, steps: int, world_size: int = 1) -> None:
+    def __init__(self, steps: int, world_size: int = 1, mesh: dict[str, int] | None = None) -> None:
         self.steps = steps
         self.world_size = world_size
+        self.mesh = mesh
+        self.mesh_line: str | None = None
         self.batches: list[str] = []
         self.recorder = OpRecorder()
         self.model: torch.nn.Module | None = None
@@ -165,6 +205,10 @@ class Observer:
         self.activations = 0
         self.memory: Memory | None = None
         self.steps_done = 0
+
+    def caller(self) -> str | None:
+        """``file:line`` of the user's code calling in now (the first frame outside torch and anydevice)."""
+        return user_line()
 
     def batch(self, batch: Any) -> None:
         """A batch the loader yielded (only the first ``steps`` count)."""
@@ -200,7 +244,7 @@ class Observer:
             optimizer=type(optimizer).__name__ if optimizer is not None else None,
         )
 
-    def finish(self, cuda_calls: list[dict[str, str]] | None = None, inventory: bool = True) -> Observation:
+    def finish(self, cuda_calls: list[CudaCall] | None = None, inventory: bool = True) -> Observation:
         """Run the capture and export analyses on the remembered call and assemble the observation."""
         counts: dict[str, int] = {}
         for sig in self.batches:
@@ -210,7 +254,7 @@ class Observer:
             for name, (calls, line, ex, before) in sorted(self.recorder.ops.items())
         ]
         capture, export_error = Capture(error="the model was never called"), None
-        core: list[str] = []
+        core: dict[str, Any] = {}
         if self.model is not None:
             capture = explain(self.model, self.args, self.kwargs)
             if inventory:
@@ -221,13 +265,17 @@ class Observer:
             sequence=[list(counts).index(s) for s in self.batches],
             capture=capture,
             ops=ops,
-            core_aten=core,
+            core_aten=sorted(core),
+            core_examples={op: example for op, example in sorted(core.items()) if example is not None},
             export_error=export_error,
             dtypes=dict(self.recorder.dtypes),
             data_dependent=[op for op in ops if op.op in DATA_DEPENDENT],
             memory=self.memory,
             cuda_calls=cuda_calls or [],
             world_size=self.world_size,
+            mesh=self.mesh,
+            mesh_line=self.mesh_line,
+            collectives=list(self.recorder.collectives.values()),
             drop_last_fix=_short_last(self.batches),
             versions={"torch": torch.__version__},
         )
@@ -271,16 +319,29 @@ def explain(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
     return Capture(graph_count=int(out.graph_count), graph_break_count=int(out.graph_break_count), breaks=breaks)
 
 
-def core_aten(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[str], str | None]:
-    """The core-ATen op inventory of the forward (``torch.export`` then ``run_decompositions``), or why it failed."""
+def core_aten(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The core-ATen op inventory of the forward (``torch.export`` then ``run_decompositions``), or why it failed.
+
+    Each op maps to its first node's arguments as :func:`describe` gives them (tensors as the shapes and dtypes
+    export traced), or None when one is opaque: enough for a lowering probe of an op the step itself never called.
+    """
     quiet = logging.getLogger("torch")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # export logs its failed guards at length; the report keeps the first line
     try:
         program = torch.export.export(unwrap(model), tuple(args), kwargs or None, strict=False).run_decompositions()
     except Exception as exc:
-        return [], f"{type(exc).__name__}: {_first_line(str(exc))}"
+        return {}, f"{type(exc).__name__}: {_first_line(str(exc))}"
     finally:
         quiet.setLevel(level)
-    names = {node.target.name() for node in program.graph.nodes if node.op == "call_function" and hasattr(node.target, "name")}
-    return sorted(names), None
+    found: dict[str, Any] = {}
+    for node in program.graph.nodes:
+        if node.op == "call_function" and hasattr(node.target, "name") and node.target.name() not in found:
+            traced = torch.fx.node.map_aggregate((node.args, node.kwargs), _traced_value)
+            found[node.target.name()] = describe([list(traced[0]), dict(traced[1])])
+    return found, None
+
+
+def _traced_value(value: Any) -> Any:
+    """A graph node's traced value (a fake tensor: its shape and dtype are what :func:`describe` keeps)."""
+    return value.meta.get("val") if isinstance(value, torch.fx.Node) else value

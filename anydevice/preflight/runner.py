@@ -1,6 +1,11 @@
 """The child process of ``anydevice check``: runs the user's script on the CPU for N steps under hooks.
 
-    python -m anydevice.preflight.runner OUT.json STEPS WORLD_SIZE SCRIPT [ARGS...]
+    python -m anydevice.preflight.runner OUT.json STEPS WORLD_SIZE MESH SCRIPT [ARGS...]
+
+MESH is the mesh to check as JSON (``{"dp": 2, "tp": 4}``), or ``-`` for none; WORLD_SIZE 0 means not given.
+Without MESH, the script's own first mesh (``ad.distributed.mesh(...)`` or ``init_device_mesh(...)``) is
+recorded with its line and built over this one process (every degree 1) so the script runs on; without
+WORLD_SIZE the world is then the product of its fixed degrees.
 
 The hooks wrap ``DataLoader.__iter__`` (each batch's signature), the top-level ``Module.__call__`` (the
 model and its first inputs; the first step's ops under :class:`~anydevice.preflight.observe.OpRecorder`)
@@ -11,9 +16,11 @@ Then the observation is written to OUT as JSON. A script that fails first writes
 from __future__ import annotations
 
 import json
+import math
 import runpy
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +29,7 @@ import torch.utils.data
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from anydevice.preflight.observe import Observer
+from anydevice.preflight.schema import CudaCall
 
 
 class _Enough(BaseException):
@@ -38,6 +46,7 @@ class Hooks:
         self.optimizer: torch.optim.Optimizer | None = None
         self.recording = False
         self.calls = 0
+        self.script_mesh: tuple[dict[str, int], str | None] | None = None
 
     def install(self) -> None:
         loader_iter = torch.utils.data.DataLoader.__iter__
@@ -75,6 +84,37 @@ class Hooks:
         torch.nn.Module.__call__ = call  # type: ignore[method-assign]
         register_optimizer_step_pre_hook(self.stepping)
         register_optimizer_step_post_hook(self.stepped)
+        if self.observer.mesh is None:
+            self.watch_meshes()
+
+    def watch_meshes(self) -> None:
+        """Record the script's first mesh (degrees and line) and build it over this one process instead."""
+        import torch.distributed.device_mesh as device_mesh
+
+        import anydevice.distributed as ad_distributed
+
+        named, positional = ad_distributed.mesh, device_mesh.init_device_mesh
+        hooks = self
+
+        def ad_mesh(shape: Any, names: Any = None) -> Any:
+            if isinstance(shape, Mapping):
+                hooks.mesh_seen(dict(shape))
+                return named({axis: 1 for axis in shape})
+            dims = (shape,) if isinstance(shape, int) else tuple(shape)
+            hooks.mesh_seen(dict(zip(names or [f"dim{i}" for i in range(len(dims))], dims)))
+            return named((1,) * len(dims), names)
+
+        def init_device_mesh(device_type: str, mesh_shape: Any, *args: Any, **kwargs: Any) -> Any:
+            names = kwargs.get("mesh_dim_names")
+            hooks.mesh_seen(dict(zip(names or [f"dim{i}" for i in range(len(mesh_shape))], mesh_shape)))
+            return positional(device_type, (1,) * len(mesh_shape), *args, **kwargs)
+
+        ad_distributed.mesh = ad_mesh  # type: ignore[assignment]
+        device_mesh.init_device_mesh = init_device_mesh  # ad.distributed.mesh imports it from here at each call
+
+    def mesh_seen(self, degrees: dict[str, int]) -> None:
+        if self.script_mesh is None:
+            self.script_mesh = (degrees, self.observer.caller())
 
     def stepping(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.observer.recorder.in_optimizer = True
@@ -103,18 +143,21 @@ class Hooks:
             raise _Enough
 
 
-def _cuda_calls() -> list[dict[str, str]]:
-    from anydevice import cuda_compat
+def _cuda_calls() -> list[CudaCall]:
+    from anydevice.cuda_compat import control
 
-    calls = cuda_compat.report().get("calls", [])
-    return [{k: str(v) for k, v in c.items()} for c in calls] if isinstance(calls, list) else []
+    calls = control.report().get("calls", [])
+    return [CudaCall.model_validate(c) for c in calls] if isinstance(calls, list) else []
 
 
 def main(argv: list[str]) -> int:
-    out, steps, world, script, *args = argv
-    observer = Observer(int(steps), int(world))
+    out, steps, world, mesh, script, *args = argv
+    observer = Observer(int(steps), int(world) or 1, None if mesh == "-" else json.loads(mesh))
     hooks = Hooks(observer)
     hooks.install()
+    from anydevice.cuda_compat import control
+
+    control.record_lines()  # each CUDA-only call keeps the script's file:line (cuda-compat enables at its import of torch)
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))
     result: dict[str, Any]
@@ -144,6 +187,10 @@ def main(argv: list[str]) -> int:
     if observer.model is None:
         Path(out).write_text(json.dumps({"error": "no_model"}))
         return 3
+    if hooks.script_mesh is not None:
+        observer.mesh, observer.mesh_line = hooks.script_mesh
+        if int(world) == 0:  # -n not given: the world the script's mesh names (its fixed degrees)
+            observer.world_size = math.prod(size for size in observer.mesh.values() if size > 0)
     observation = observer.finish(cuda_calls=_cuda_calls())
     Path(out).write_text(observation.model_dump_json())
     return 0

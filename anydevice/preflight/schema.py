@@ -70,6 +70,28 @@ class Memory(_Model):
         return self.parameters + self.gradients + self.optimizer_state + self.activations
 
 
+class CollectiveUse(_Model):
+    """A collective the step ran (a ``c10d::`` op): its reduction, calls in the first step and the user's line."""
+
+    op: str
+    reduce_op: str | None = None
+    """The ``ReduceOp`` name (``SUM``, ``AVG``, ``MAX``, ...) of a reducing collective, else None."""
+    calls: int
+    line: str | None = None
+    via_anydevice: bool = False
+    """Called through ``ad.distributed`` (which emulates ``AVG`` where a process group lacks it)."""
+
+
+class CudaCall(_Model):
+    """One distinct CUDA call the script made, from cuda-compat's migration report of the steps run on the CPU."""
+
+    call: str
+    kind: Literal["redirected", "answered neutrally", "refused"]
+    outcome: str
+    line: str | None = None
+    """``file:line`` of its first occurrence in user code (the first frame outside torch and anydevice)."""
+
+
 class Observation(_Model):
     """What the CPU run saw, independent of any target."""
 
@@ -80,12 +102,19 @@ class Observation(_Model):
     capture: Capture
     ops: list[OpUse]
     core_aten: list[str] = Field(default_factory=list)
+    core_examples: dict[str, Any] = Field(default_factory=dict)
+    """For core-ATen ops: the first node's arguments (as ``OpUse.example``), for a lowering probe of ops the step never ran."""
     export_error: str | None = None
     dtypes: dict[str, str | None] = Field(default_factory=dict)
     data_dependent: list[OpUse] = Field(default_factory=list)
     memory: Memory | None = None
-    cuda_calls: list[dict[str, str]] = Field(default_factory=list)
+    cuda_calls: list[CudaCall] = Field(default_factory=list)
     world_size: int = 1
+    mesh: dict[str, int] | None = None
+    """The device mesh to check (``--mesh dp=2,tp=4``, or the script's own first mesh; -1: what is left of the world)."""
+    mesh_line: str | None = None
+    """``file:line`` of the script's mesh call (None for ``--mesh``)."""
+    collectives: list[CollectiveUse] = Field(default_factory=list)
     drop_last_fix: bool = False
     versions: dict[str, str] = Field(default_factory=dict)
 
@@ -106,6 +135,10 @@ class OpVerdict(_Model):
     op: str
     status: OpStatus
     source: str
+    in_step: bool = True
+    """Run by the training step on the CPU (the ``ops`` of the observation)."""
+    core_aten: bool = False
+    """In the forward's core-ATen inventory (``torch.export`` then ``run_decompositions``)."""
 
 
 class TargetReport(_Model):

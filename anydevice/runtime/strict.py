@@ -95,11 +95,7 @@ class _Watch:
         self.lines: _FallbackLines | None = None
         mechanism = self.facts.fallback
         if mechanism == "unknown":
-            raise UnsupportedFeatureError(
-                f"Strict mode cannot watch {backend.name}: its plugin declares no way to notice an op that runs on the CPU.",
-                "Unset ANYDEVICE_STRICT (or pass strict=False), or ask the plugin's maintainers to declare "
-                "CheckFacts.fallback (counters, warnings or never).",
-            )
+            raise refusal(backend.name, self.facts)
         if mechanism == "warnings" and self.facts.fallback_warning:
             warnings.filterwarnings("error", message=f".*{self.facts.fallback_warning}")
         if mechanism == "counters":
@@ -137,6 +133,20 @@ class _Watch:
         if self.lines is not None:
             self.lines.close()
             self.lines = None
+
+
+UNSET = "Unset ANYDEVICE_STRICT (or pass strict=False) to run with the fallback allowed"
+
+
+def refusal(name: str, facts: CheckFacts) -> UnsupportedFeatureError:
+    """Why strict mode refuses ``name`` (its plugin declares ``fallback="unknown"``) and what to use instead."""
+    if facts.strict_refusal is not None:
+        why, instead = facts.strict_refusal
+        return UnsupportedFeatureError(f"Strict mode cannot watch {name}: {why}", f"{instead} {UNSET}.")
+    return UnsupportedFeatureError(
+        f"Strict mode cannot watch {name}: its plugin declares no way to notice an op that runs on the CPU.",
+        f"{UNSET}, or ask the plugin's maintainers to declare CheckFacts.fallback (counters, warnings or never).",
+    )
 
 
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

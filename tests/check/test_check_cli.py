@@ -89,11 +89,20 @@ def test_three_processes_are_not_a_whole_tpu_slice() -> None:
     assert "3 process(es) is not a whole tpu slice" in error.message and "TPU v5e {1, 4, 8}" in error.message
 
 
-def test_cuda_only_calls_are_reported_from_cuda_compat() -> None:
+def test_cuda_only_calls_are_reported_from_cuda_compat_with_their_source_line() -> None:
     _, report = checked("cuda")
-    calls = {c["call"] for c in report.observation.cuda_calls}
-    assert any("synchronize" in c for c in calls), calls
-    assert any("synchronize" in f.message for f in findings(report, "tpu", "cuda_calls"))
+    lines = {c.call: c.line for c in report.observation.cuda_calls}
+    sync = lines.get("torch.cuda.synchronize()")
+    assert sync is not None and sync.endswith(marker("cuda")), lines
+    assert all(line and "cases.py:" in line for line in lines.values()), lines  # every call is the script's, none torch's
+    found = [f for f in findings(report, "tpu", "cuda_calls") if "synchronize" in f.message]
+    assert found and found[0].line == sync
+
+
+def test_the_text_report_shows_each_cuda_call_at_its_line() -> None:
+    done = anydevice_cli("check", str(CASES), "cuda", "--target", "tpu")
+    shown = [line for line in done.stdout.splitlines() if "cuda_calls" in line and "synchronize" in line]
+    assert shown and shown[0].rstrip().endswith(f"{marker('cuda')})"), done.stdout
 
 
 def test_the_text_report_is_marked_static_analysis_with_versions() -> None:
@@ -101,6 +110,7 @@ def test_the_text_report_is_marked_static_analysis_with_versions() -> None:
     assert done.returncode == 1
     assert "static analysis, not a run" in done.stdout and "torch " in done.stdout
     assert "tpu: WILL NOT COMPILE" in done.stdout and marker("float64") in done.stdout
+    assert any(line.startswith("  ops: ") and "unknown" in line for line in done.stdout.splitlines())  # a mark per op
 
 
 def test_bad_input_gets_one_clear_message_and_leaves_nothing(tmp_path: Path) -> None:
@@ -139,3 +149,55 @@ def test_json_schema_round_trips() -> None:
     data = json.loads(report.model_dump_json())
     assert Report.model_validate(data) == report
     assert os.environ.get("ANYDEVICE_STRICT") is None
+
+
+def test_an_avg_reduction_the_backend_lacks_will_not_launch_there_at_its_line() -> None:
+    done = anydevice_cli("check", str(CASES), "avg", "--target", "xla,cpu", "--json")
+    assert done.returncode == 1, done.stderr
+    report = Report.model_validate_json(done.stdout)
+    xla, cpu = report.targets
+    assert xla.verdict == "will not launch" and cpu.verdict == "runs"
+    uses = {(c.reduce_op, c.via_anydevice): c.line for c in report.observation.collectives}
+    assert uses[("AVG", False)].endswith(marker("avg")) and uses[("AVG", True)].endswith(marker("ad-avg")), uses
+    (error,) = [f for f in findings(report, "xla", "distributed") if f.severity == "error"]
+    assert "ReduceOp.AVG" in error.message and "'xla' process group" in error.message and error.line.endswith(marker("avg"))
+    emulated = [f for f in findings(report, "xla", "distributed") if f.severity == "info"]
+    assert emulated and emulated[0].line.endswith(marker("ad-avg"))  # ad.distributed emulates it: not an error
+    assert not [f for f in findings(report, "cpu", "distributed") if f.severity != "info"]
+
+
+def test_a_tp_degree_that_does_not_divide_the_world_will_not_launch() -> None:
+    code, report = checked("clean", "-n", "8", "--mesh", "dp=-1,tp=3")
+    assert code == 1 and report.observation.mesh == {"dp": -1, "tp": 3}
+    for target in ("tpu", "cpu"):
+        (error,) = findings(report, target, "distributed")
+        assert "tp=3" in error.message and "does not divide the world of 8" in error.message
+
+
+def test_a_mesh_alone_sets_the_world_and_is_checked_against_whole_slices() -> None:
+    code, report = checked("clean", "--mesh", "dp=2,tp=4")
+    assert code == 0 and report.observation.world_size == 8  # a whole slice on v4, v5e, v6e, v7
+    code, report = checked("clean", "--mesh", "dp=1,tp=16")
+    tpu = report.targets[0]
+    assert code == 1 and tpu.verdict == "will not launch" and report.targets[1].verdict == "runs"
+    messages = [f.message for f in findings(report, "tpu", "distributed")]
+    assert any("16 process(es) is not a whole tpu slice" in m for m in messages)
+    assert any("mesh axis tp=16 divides no whole tpu slice" in m for m in messages), messages
+
+
+def test_a_mesh_that_is_not_axis_sizes_is_a_usage_error() -> None:
+    done = anydevice_cli("check", str(CASES), "clean", "--target", "tpu", "--mesh", "dp:2")
+    assert done.returncode == 2 and "is not AXIS=N" in done.stderr
+
+
+def test_the_scripts_own_mesh_is_checked_at_its_line() -> None:
+    code, report = checked("mesh", "-n", "8")
+    assert code == 1 and report.observation.mesh == {"dp": -1, "tp": 3} and report.observation.world_size == 8
+    for target in ("tpu", "cpu"):
+        (error,) = findings(report, target, "distributed")
+        assert "does not divide the world of 8" in error.message and error.line.endswith(marker("mesh"))
+    code, report = checked("mesh")  # no -n: the world is what the mesh names (3), not a whole TPU slice
+    tpu, cpu = report.targets
+    assert report.observation.world_size == 3 and tpu.verdict == "will not launch" and cpu.verdict == "runs"
+    straddles = [f for f in findings(report, "tpu", "distributed") if "tp=3 divides no whole tpu slice" in f.message]
+    assert straddles and straddles[0].line.endswith(marker("mesh"))

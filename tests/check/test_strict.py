@@ -65,3 +65,18 @@ def test_doctor_says_whether_strict_is_on() -> None:
     on = anydevice_cli("doctor", env={"ANYDEVICE": "cpu", "ANYDEVICE_STRICT": "1"})
     assert "strict mode      off" in off.stdout, off.stdout
     assert "strict mode      on: an op that runs on the CPU instead of the device is an error (cpu: never)" in on.stdout
+
+
+def test_neuron_refuses_strict_saying_why_and_what_to_use_instead() -> None:
+    from anydevice.plugins import neuron
+
+    facts = neuron.CHECK_FACTS  # what the registered neuron device declares
+    assert facts.fallback == "unknown"  # nothing in its documented API notices a CPU fallback
+    error = strict.refusal("neuron", facts)
+    assert isinstance(error, UnsupportedFeatureError)
+    text = str(error)
+    assert "Strict mode cannot watch neuron: TorchNeuron runs the ops it has no Neuron kernel for on the CPU" in text
+    assert "CPU_FALLBACK" in text and "does not guess a variable name" in text  # why, exactly
+    assert "anydevice check SCRIPT --target neuron" in text and "Unset ANYDEVICE_STRICT" in text  # what instead
+    generic = str(strict.refusal("silent", CheckFacts()))
+    assert "declares no way to notice" in generic and "CheckFacts.fallback" in generic

@@ -2,7 +2,9 @@
 
 Runs on the device ANYDEVICE selects (the cuda case on "cuda", as written for GPUs). Cases: clean,
 branch (a Python branch on tensor data), nonzero, float64 (a float64 buffer), varying (a different
-sequence length every batch), cuda (CUDA-only calls, as written for GPUs). Each offending
+sequence length every batch), cuda (CUDA-only calls, as written for GPUs), avg (gradients averaged with
+``ReduceOp.AVG`` straight through torch.distributed, and a loss averaged through ``ad.distributed``), mesh (a
+device mesh whose tensor-parallel degree is 3: it divides neither 8 processes nor any TPU slice). Each offending
 line carries a ``# CHECK: <case>`` marker, which the tests look up.
 """
 
@@ -53,10 +55,17 @@ def main() -> None:
     if args.case == "cuda":
         torch.cuda.synchronize()  # CHECK: cuda
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if args.case == "avg":
+        ad.distributed.init()  # a world of one here; torchrun makes it N
+    if args.case == "mesh":
+        ad.distributed.mesh({"dp": -1, "tp": 3})  # CHECK: mesh
     for batch in loader:
         x = batch if varying else batch[0]
         loss = model(x.to(device))
         loss.backward()
+        if args.case == "avg":
+            torch.distributed.all_reduce(model.lin.weight.grad, op=torch.distributed.ReduceOp.AVG)  # CHECK: avg
+            ad.distributed.all_reduce(loss.detach().clone(), "avg")  # CHECK: ad-avg
         opt.step()
         opt.zero_grad()
         if args.case != "cuda":
