@@ -15,7 +15,7 @@ from typing import Any
 
 from anydevice.contract.check_facts import CheckFacts
 from anydevice.preflight.observe import DATA_DEPENDENT
-from anydevice.preflight.schema import Finding, Observation, OpStatus, OpVerdict, Severity, TargetReport, Verdict
+from anydevice.preflight.schema import HOST_READ, Finding, Observation, OpStatus, OpVerdict, Severity, TargetReport, Verdict
 from anydevice.preflight.topology import collective_findings, mesh_findings, world_findings
 
 ORDER: tuple[Verdict, ...] = (
@@ -29,7 +29,6 @@ ORDER: tuple[Verdict, ...] = (
 """Verdicts from the best to the worst."""
 CPU_ONLY_MARKERS = ("_for_cpu", "mkldnn", "_cpu_")
 """ATen ops the CPU picks for a portable op (``_scaled_dot_product_flash_attention_for_cpu``): another device picks its own."""
-HOST_READ = "aten::_local_scalar_dense"
 PROBED_ANYWAY = DATA_DEPENDENT - {HOST_READ}
 """Data-dependent ops are probed even with a kernel: torch_xla registers nonzero but runs it on the CPU by default."""
 ON_DEVICE_FIX = "keep the value on the device (torch.where, masks) instead of reading or filtering by it"

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from anydevice.preflight.judge import HOST_READ
+from anydevice.preflight.schema import HOST_READ
 
 
 def results_dir() -> Path | None:

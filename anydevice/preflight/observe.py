@@ -15,13 +15,23 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from anydevice.preflight.schema import Capture, CollectiveUse, CudaCall, GraphBreak, Memory, Observation, OpUse, Signature
+from anydevice.preflight.schema import (
+    HOST_READ,
+    Capture,
+    CollectiveUse,
+    CudaCall,
+    GraphBreak,
+    Memory,
+    Observation,
+    OpUse,
+    Signature,
+)
 from anydevice.runtime.strict import user_line
 
 DATA_DEPENDENT = frozenset(
     {
         "aten::nonzero",
-        "aten::_local_scalar_dense",
+        HOST_READ,
         "aten::masked_select",
         "aten::_unique2",
         "aten::unique_dim",

@@ -16,6 +16,9 @@ Verdict = Literal["runs", "runs with CPU fallbacks", "will recompile", "will not
 Severity = Literal["error", "warning", "info"]
 OpStatus = Literal["native", "cpu_fallback", "unsupported", "unknown"]
 
+HOST_READ = "aten::_local_scalar_dense"
+"""The op that reads a device value to the host (``.item()``, ``float(t)``, a Python branch on a tensor)."""
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
