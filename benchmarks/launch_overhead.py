@@ -54,24 +54,28 @@ def launch(cmd: list[str], steps: int, threads: int) -> dict[str, Any]:
 TRIVIAL = Path(__file__).resolve().parent / "trivial.py"
 
 
-def single(rounds: int, out: Path | None) -> dict[str, Any]:
-    """``anydevice run`` and ``torchrun -n 1`` of trivial.py against ``python trivial.py``: walls and paired differences."""
+def single(rounds: int, out: Path | None, script: Path = TRIVIAL) -> dict[str, Any]:
+    """``anydevice run`` and ``torchrun -n 1`` of ``script`` against ``python script``: walls and paired differences.
+
+    trivial.py (the default) imports torch, as a real script does; ``--script benchmarks/bare.py`` (imports
+    nothing) shows the launcher's own cost without the variance of torch's import.
+    """
     import tempfile
 
     cache = tempfile.mkdtemp(prefix="launch-single-pyc-")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.update({"ANYDEVICE_QUIET": "1", "PYTHONPYCACHEPREFIX": cache})
     commands = {
-        "python": [sys.executable, str(TRIVIAL)],
-        "anydevice run": [str(BIN / "anydevice"), "run", str(TRIVIAL)],
-        "torchrun -n 1": [str(BIN / "torchrun"), "--nproc-per-node", "1", str(TRIVIAL)],
+        "python": [sys.executable, str(script)],
+        "anydevice run": [str(BIN / "anydevice"), "run", str(script)],
+        "torchrun -n 1": [str(BIN / "torchrun"), "--nproc-per-node", "1", str(script)],
     }
 
     def one(cmd: list[str]) -> float:
         start = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         wall = time.perf_counter() - start
-        if done.returncode != 0 or "tensor" not in done.stdout:
+        if done.returncode != 0 or not done.stdout.strip():
             raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         return wall
 
@@ -82,7 +86,7 @@ def single(rounds: int, out: Path | None) -> dict[str, Any]:
 
     result: dict[str, Any] = {
         "benchmark": "launch_single",
-        "script": "benchmarks/trivial.py",
+        "script": f"benchmarks/{script.name}",
         "machine": rotate.machine(),
         "rounds": rounds,
         "device": os.environ.get("ANYDEVICE", "auto"),
@@ -96,7 +100,7 @@ def single(rounds: int, out: Path | None) -> dict[str, Any]:
         f"(+{result['anydevice_run_minus_python_s']['median']:.2f} s), torchrun -n 1 {summary['torchrun -n 1']['median']:.2f} s "
         f"(+{result['torchrun_minus_python_s']['median']:.2f} s), medians of {rounds} paired rounds"
     )
-    rotate.write("launch_single", result, out)
+    rotate.write("launch_single" if script == TRIVIAL else f"launch_single-{script.stem}", result, out)
     return result
 
 
@@ -106,10 +110,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--single", action="store_true", help="one process: anydevice run script.py against python script.py")
+    p.add_argument("--script", type=Path, default=TRIVIAL, help="with --single: the script (default benchmarks/trivial.py)")
     p.add_argument("--out", type=Path, help="JSON file (default benchmarks/results/launch_overhead.json)")
     opts = p.parse_args(argv)
     if opts.single:
-        return single(opts.rounds, opts.out)
+        return single(opts.rounds, opts.out, opts.script.resolve())
     launchers = {
         "torchrun": [str(BIN / "torchrun"), "--nproc-per-node", "2", "--standalone"],
         "anydevice run": [str(BIN / "anydevice"), "run", "-n", "2"],
