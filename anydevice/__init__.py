@@ -40,7 +40,7 @@ if TYPE_CHECKING:
         synchronize,
         to,
     )
-    from anydevice.capabilities import Capabilities, capabilities
+    from anydevice.capability_query import Capabilities, capabilities
     from anydevice.edge import export
     from anydevice.meter import StepMeter, transformer_training_flops_per_token
     from anydevice.preflight import check
@@ -72,8 +72,8 @@ _HOME = {
         ),
         "anydevice.api",
     ),
-    "Capabilities": "anydevice.capabilities",
-    "capabilities": "anydevice.capabilities",
+    "Capabilities": "anydevice.capability_query",
+    "capabilities": "anydevice.capability_query",
     "export": "anydevice.edge",
     "StepMeter": "anydevice.meter",
     "transformer_training_flops_per_token": "anydevice.meter",
@@ -95,9 +95,9 @@ def __getattr__(name: str) -> Any:
             if exc.name != f"{__name__}.{name}":
                 raise
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # also over a module of the same name the import just bound (ad.capabilities)
-    return value
+    module = importlib.import_module(home)
+    globals().update({public: getattr(module, public) for public, where in _HOME.items() if where == home})
+    return globals()[name]
 
 
 def __dir__() -> list[str]:

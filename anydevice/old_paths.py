@@ -40,6 +40,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     **{f"anydevice.{m}": (f"anydevice.files.{m}",) for m in ("safe_files", "safe_place", "publish")},
     **{f"anydevice.{m}": (f"anydevice.checkpoint.{m}",) for m in ("saving", "dcp_reading")},
     "anydevice.slurm_env": ("anydevice.distributed.slurm",),
+    "anydevice.capabilities": ("anydevice.capability_query",),
     "anydevice.device_module": ("anydevice.shims.cuda_shaped", "anydevice.api"),
     "anydevice.shims.device_modules": ("anydevice.shims.cuda_shaped",),
 }

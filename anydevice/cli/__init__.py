@@ -110,7 +110,7 @@ def environment_info() -> dict[str, Any]:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """What ANYDEVICE selects here, with versions."""
-    from anydevice.capabilities import capabilities, render
+    from anydevice.capability_query import capabilities, render
     from anydevice.runtime.backend import current
     from anydevice.runtime.registry import get_registry
 

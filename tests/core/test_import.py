@@ -36,3 +36,23 @@ def test_selecting_cpu_imports_no_vendor_module() -> None:
 def test_import_has_no_side_effects_on_the_environment() -> None:
     code = "import os\nbefore = dict(os.environ)\nimport anydevice\nassert dict(os.environ) == before"
     assert python("-c", code).returncode == 0
+
+
+def test_every_public_name_is_declared_for_type_checkers_and_found_on_first_use() -> None:
+    """``__all__`` (what type checkers re-export), the lazy table and the package agree: each name resolves."""
+    import subprocess
+    import sys
+
+    code = (
+        "import anydevice as ad, sys\n"
+        "lazy = set(ad._HOME) | {'checkpoint', 'distributed', 'errors', 'AnyDeviceError', '__version__'}\n"
+        "assert set(ad.__all__) == lazy, sorted(set(ad.__all__) ^ lazy)\n"
+        "assert 'torch' not in sys.modules\n"
+        "missing = [n for n in ad.__all__ if getattr(ad, n, None) is None]\n"
+        "assert not missing, missing\n"
+        "assert callable(ad.capabilities) and callable(ad.device_module) and ad.checkpoint.__name__ == 'anydevice.checkpoint'\n"
+        "import anydevice.capability_query, anydevice.api, anydevice.edge, anydevice.preflight, anydevice.meter\n"
+        "assert callable(ad.capabilities) and callable(ad.check) and callable(ad.export)  # no module took a name's place\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
