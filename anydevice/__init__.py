@@ -89,6 +89,8 @@ _HOME = {
 def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
+        if name.startswith("_"):  # dunder probes (``__wrapped__``, ``__path__`` of tools) are never modules here
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         try:  # a module of the package (``ad.checkpoint``, ``ad.distributed``, ``ad.api``)
             return importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as exc:
