@@ -141,6 +141,7 @@ class Child:
             if channel:
                 theirs.close()  # the child holds the only other end: its exit closes the channel
         self._socket = ours
+        self._closed = False
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             self.proc.stdin.write(request.encode("utf-8"))
@@ -168,7 +169,13 @@ class Child:
         return self.proc.wait()
 
     def close(self) -> None:
-        """Kill the child's whole process group (also after it exited: what it left running), reap it, close the pipes."""
+        """Kill the child's whole process group (also after it exited: what it left running), reap it, close the pipes.
+
+        Once: a second call does nothing (the group's id could belong to someone else by then).
+        """
+        if self._closed:
+            return
+        self._closed = True
         self.lines.close()
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
