@@ -28,7 +28,7 @@ import torch
 
 from anydevice.cuda_compat.host_types import HostQueue, host_types, legacy_tensor_types, refused_type
 from anydevice.cuda_compat.migration_report import REDIRECTED, REFUSED
-from anydevice.cuda_compat.redirect import Redirect
+from anydevice.cuda_compat.redirect import CUDA, Redirect
 from anydevice.errors import UnsupportedDeviceFunctionError
 
 MAPPED = (
@@ -373,7 +373,7 @@ def get_device_module_view(r: Redirect, cuda: Any) -> Callable[..., Any]:
     @functools.wraps(original)
     def get_device_module(device: Any = None) -> Any:
         kind = r.target.type if device is None else torch.device(device).type if isinstance(device, (str, torch.device)) else None
-        if kind == "cuda":
+        if kind == CUDA:
             return cuda
         if kind == r.target.type:
             try:
