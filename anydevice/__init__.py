@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from anydevice import old_paths  # noqa: F401  (serves 0.3's import paths, deprecated)
 from anydevice.errors import AnyDeviceError
 from anydevice.release import VERSION
 

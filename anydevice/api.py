@@ -30,8 +30,17 @@ def backend() -> Backend:
     return current()
 
 
-def device() -> torch.device:
-    """The ``torch.device`` for this process (the explicit index, else the local rank's)."""
+def device(role: str | None = None) -> torch.device:
+    """The ``torch.device`` for this process (the explicit index, else the local rank's).
+
+    ``role``: the device of that role (``ANYDEVICE_ROLES``, e.g. ``trainer=xla,rollout=cpu``); a role
+    without an entry follows ``ANYDEVICE``. A role on another device is loaded beside the process's own.
+    """
+    if role is not None:
+        from anydevice.runtime.roles import backend_for
+
+        rb = backend_for(role)
+        return rb.shims.placement.device(rb.index)
     b = current()
     mark_used("ad.device()")  # from here on, use() refuses to switch device (see backend.use)
     return b.shims.placement.device(b.index)
@@ -51,8 +60,18 @@ def compile(model: T, **options: Any) -> T:  # noqa: A001 - mirrors torch.compil
     return b.shims.compilation.compile(model, **options)
 
 
-def step() -> None:
-    """Mark the end of a training step: XLA sync on lazy devices; advances profilers and meters."""
+def step(role: str | None = None) -> None:
+    """Mark the end of a training step: XLA sync on lazy devices; advances profilers and meters.
+
+    ``role``: the step of that role's device (``ANYDEVICE_ROLES``) when it is not this process's own.
+    """
+    if role is not None:
+        from anydevice.runtime.roles import backend_for
+
+        rb = backend_for(role)
+        if rb is not current():
+            rb.shims.placement.step()
+            return
     b = current()
     b.shims.placement.step()
     if strict.enabled():
@@ -117,7 +136,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu", weights_onl
     Every member's CRC-32 is checked first: an empty, truncated or corrupt file raises
     :class:`~anydevice.errors.CheckpointError` naming it and what is wrong.
     """
-    from anydevice.runtime.loading import load_file
+    from anydevice.checkpoint.loading import load_file
 
     return load_file(Path(path), map_location=map_location, weights_only=weights_only)
 

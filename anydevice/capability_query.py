@@ -28,6 +28,7 @@ class Capabilities:
     :param memory_per_chip: bytes of device memory per chip (the chip's, from the plugin's table).
     :param static_shapes: True when every new input shape is a new compile.
     :param sources: where each fact came from.
+    :param evidence: what stands behind the plugin (``DeviceSpec.evidence.as_dict()``: level, source, date, label).
     """
 
     device: str
@@ -40,6 +41,7 @@ class Capabilities:
     memory_per_chip: int | None
     static_shapes: bool
     sources: tuple[str, ...]
+    evidence: dict[str, str]
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly form (``anydevice info --json``)."""
@@ -85,6 +87,7 @@ def capabilities() -> Capabilities:
         memory_per_chip=memory,
         static_shapes=facts.static_shapes,
         sources=tuple(sources),
+        evidence=b.evidence.as_dict(),
     )
 
 
@@ -96,5 +99,6 @@ def render(caps: dict[str, Any]) -> str:
     return (
         f"dtypes     {dtypes}\n"
         f"memory     {memory}    shapes {shapes}    compile backends {', '.join(caps['compile_backends'])}\n"
-        f"sources    {'; '.join(caps['sources'])}"
+        f"sources    {'; '.join(caps['sources'])}\n"
+        f"evidence   {caps['evidence']['label']}"
     )

@@ -59,6 +59,13 @@ ANYDEVICE: Final = Setting(
     "`tpu,cuda,cpu`. An explicit `anydevice.use()` call wins over it.",
     "auto",
 )
+ANYDEVICE_ROLES: Final = Setting(
+    "ANYDEVICE_ROLES",
+    "The device of each role of a program whose parts run on different devices: `role=selection` entries, comma "
+    "separated (`trainer=xla,rollout=cpu`; a list continues its role: `trainer=tpu,cuda,rollout=cpu`). Read by "
+    "`ad.device(role=...)`, `anydevice run --role` and the Ray integration's role groups; a role without an entry "
+    "follows `ANYDEVICE`. `anydevice doctor` shows the roles. docs/roles.md.",
+)
 ANYDEVICE_PLUGINS: Final = Setting(
     "ANYDEVICE_PLUGINS",
     "Comma list of plugin (entry-point) names to load; every other installed plugin is ignored. Unset: load all. "
@@ -123,6 +130,12 @@ SLURM_PROCID: Final = Setting(
     "SLURM_PROCID",
     "Set by srun: the task's global rank. With no torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK), "
     "`ad.distributed.init()` and `anydevice run` read the SLURM task variables as the launch environment.",
+    owner="SLURM",
+)
+SLURM_STEP_ID: Final = Setting(
+    "SLURM_STEP_ID",
+    "Set by srun, not in the batch script: with it SLURM_PROCID is an srun task; without it (sbatch without srun) one "
+    "process is a world of one.",
     owner="SLURM",
 )
 SLURM_NTASKS: Final = Setting("SLURM_NTASKS", "Set by srun: the number of tasks (the world size).", owner="SLURM")
@@ -331,7 +344,7 @@ def validate() -> None:
     ``ANYDEVICE`` itself is checked when it is parsed (:func:`anydevice.runtime.selection.parse`).
     """
     detect_timeout()
-    for flag in (ANYDEVICE_QUIET, ANYDEVICE_DEBUG, ANYDEVICE_KEEP_AUTOLOAD, ANYDEVICE_CUDA_COMPAT):
+    for flag in (ANYDEVICE_QUIET, ANYDEVICE_DEBUG, ANYDEVICE_KEEP_AUTOLOAD, ANYDEVICE_CUDA_COMPAT, ANYDEVICE_STRICT):
         flag.flag()
     if ANYDEVICE_CACHE_DIR.get():
         cache_root()

@@ -41,4 +41,4 @@ def exempt() -> None:
     exempted = True
     hook = builtins.__import__
     if type(hook).__name__ == "ImportHook" and getattr(hook, "scope", None) is None:
-        hook.remove()  # type: ignore[attr-defined]
+        hook.remove()  # type: ignore[attr-defined]  # cuda-compat's ImportHook, known by name above: importing its class would cost the import this avoids

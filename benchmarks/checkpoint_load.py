@@ -41,7 +41,7 @@ def main() -> None:
     import torch
 
     import anydevice as ad
-    from anydevice.runtime.loading import verify_archive
+    from anydevice.checkpoint.loading import verify_archive
 
     numel = int(args.megabytes * 1e6 / 4 / 8)
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,7 +6,7 @@ import fnmatch
 import importlib
 from collections.abc import Iterable
 
-from anydevice.compat_matrix.probe import EXPORT_GROUP, Probe
+from anydevice.compat_matrix.probe import TARGET_GROUPS, Probe, target_family, target_group
 
 SANITY_NAME = "sanity"
 _GLOB = set("*?[")
@@ -17,6 +17,7 @@ def builtin_probes() -> list[Probe]:
     from anydevice.compat_matrix import (
         probes_collectives,
         probes_compilation,
+        probes_compile,
         probes_dtypes,
         probes_export,
         probes_ops,
@@ -36,6 +37,7 @@ def builtin_probes() -> list[Probe]:
         *probes_collectives.PROBES,
         *probes_workloads.PROBES,
         *probes_export.PROBES,
+        *probes_compile.PROBES,
         *probes_parallel.PROBES,
     ]
 
@@ -110,13 +112,13 @@ def matches(name: str, group: str, only: str) -> bool:
 
 
 def for_target(probe: Probe, target: str | None) -> bool:
-    """Whether ``probe`` belongs to a run for ``target``: device runs (None) take every probe but the export
-    group's; an export target's run takes the sanity gate and its own export probes."""
+    """Whether ``probe`` belongs to a run for ``target``: device runs (None) take every probe but the export and
+    compile groups'; a target's run takes the sanity gate and its own group's probes for that target."""
     if probe.name == SANITY_NAME:
         return True
     if target is None:
-        return probe.group != EXPORT_GROUP
-    return probe.group == EXPORT_GROUP and probe.params.get("target") == target
+        return probe.group not in TARGET_GROUPS
+    return probe.group == target_group(target) and probe.params.get("target") == target_family(target)
 
 
 def select(probes: Iterable[Probe], only: str | None, target: str | None = None) -> list[Probe]:

@@ -125,9 +125,9 @@ def origin(run: Run, result: ProbeResult) -> Origin | None:
         return Origin(Source.HARNESS, "the probe harness or the anydevice API it calls was at fault, not the device")
     if result.expected is not None and not result.expected.supported:
         return Origin(Source.PLUGIN, f"the {plugin} plugin declares this unsupported: {result.expected.reason}")
-    if run.export is not None:  # ad.export's refusal is the export target's converter or runtime speaking
+    if run.export is not None:  # the export target's converter or runtime, or the slice's compiler, speaking
         packages = ", ".join(f"{k} {v}" for k, v in sorted(run.export.versions.items()))
-        return Origin(Source.VENDOR, f"the {run.export.target} export ({packages}) {_stage(result)}")
+        return Origin(Source.VENDOR, f"the {run.export.label} ({packages}) {_stage(result)}")
     if (result.exception_type or "").startswith("anydevice."):
         return Origin(Source.PLUGIN, f"anydevice's {plugin} plugin raised {result.exception_type}")
     if run.hardware.simulated:

@@ -10,7 +10,7 @@ import math
 import sys
 from pathlib import Path
 
-from anydevice.compat_matrix.probe import EXPORT_GROUP, EXPORT_TARGETS
+from anydevice.compat_matrix.probe import COMPILE_GROUP, EXPORT_TARGETS, TARGET_GROUPS
 
 MAX_TIMEOUT = 24 * 3600.0
 
@@ -77,10 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     probe.add_argument(
         "--target",
-        choices=sorted(EXPORT_TARGETS),
         default=None,
-        help="an export target: run its export probes (convert, run in its interpreter, compare) on the host CPU "
-        "instead of the device's probes (default: the device's probes)",
+        metavar="TARGET",
+        help="an export target (" + ", ".join(sorted(EXPORT_TARGETS)) + "): run its export probes (convert, run in its "
+        "interpreter, compare) on the host CPU; or a slice (tpu:v5e-8): compile the compile probes' training steps for "
+        "it with its vendor's compiler on the host CPU, never run (default: the device's probes)",
     )
     probe.add_argument("--list", action="store_true", help="list the probes that would run, and exit")
     probe.add_argument("--force", action="store_true", help="replace --out even when it is not an earlier result file")
@@ -137,12 +138,12 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
     if args.only is not None and not any(catalog.matches(p.name, p.group, args.only) for p in chosen):
         elsewhere = sorted(
             {
-                str(p.params.get("target"))
+                f"{p.group} probes run with --target {p.params.get('target')}" + (":SLICE" if p.group == COMPILE_GROUP else "")
                 for p in every
-                if p.group == EXPORT_GROUP and catalog.matches(p.name, p.group, args.only)
+                if p.group in TARGET_GROUPS and catalog.matches(p.name, p.group, args.only)
             }
         )
-        where = f"; export probes run with --target {' or '.join(elsewhere)}" if elsewhere and args.target is None else ""
+        where = "".join(f"; {line}" for line in elsewhere) if args.target is None else ""
         print(
             f"error: --only {args.only!r} matches no probe{where}; `anydevice matrix probe --list` shows their names and groups",
             file=sys.stderr,

@@ -43,10 +43,13 @@ class ProbeContext:
         params: dict[str, Any],
         seed: int = 0,
         on_stage: Callable[[Stage], None] | None = None,
+        target: str | None = None,
     ) -> None:
         self.ad = ad
         self.device = device
         self.params = params
+        self.target = target
+        """The run's ``--target`` (``"litert"``, ``"tpu:v5e-8"``); None for a device's run."""
         self.seed = seed
         self.current_stage = Stage.EXECUTE
         self.numerics: Numerics | None = None
@@ -243,9 +246,10 @@ def run_probe(
     simulated: bool = False,
     fallbacks: Callable[[], dict[str, int]] = dict,
     on_stage: Callable[[Stage], None] | None = None,
+    target: str | None = None,
 ) -> ProbeResult:
     """Run ``probe`` once, capturing its output and warnings; never raises for a probe's fault."""
-    ctx = ProbeContext(ad, device, dict(probe.params), seed=seed, on_stage=on_stage)
+    ctx = ProbeContext(ad, device, dict(probe.params), seed=seed, on_stage=on_stage, target=target)
     out = io.StringIO()
     before = fallbacks()
     status, stage, reason, exc_type, message = Status.PASS, None, None, None, None

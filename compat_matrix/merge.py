@@ -16,15 +16,16 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from anydevice.compat_matrix.claims import Source, mismatch, origin, short
-from anydevice.compat_matrix.probe import EXPORT_GROUP, GROUPS
+from anydevice.compat_matrix.probe import COMPILE_GROUP, EXPORT_GROUP, GROUPS, TARGET_GROUPS
 from anydevice.compat_matrix.schema import BROKEN, SIMULATED, WORKING, ProbeResult, ResultFileError, Run, Status, load_run
+from anydevice.contract.evidence import UNKNOWN, Evidence, Level
 from anydevice.contract.versions import TORCH_MINORS
 
 if TYPE_CHECKING:
-    from anydevice.compat_matrix.versions_table import VersionCell
+    from anydevice.compat_matrix.versions_table import LaneRecord, VersionCell
 
 # The probe groups in page order; groups a plugin adds follow, by name.
 PAGE_ORDER: tuple[str, ...] = (
@@ -38,6 +39,7 @@ PAGE_ORDER: tuple[str, ...] = (
     "dtypes",
     "ops",
     EXPORT_GROUP,
+    COMPILE_GROUP,
 )
 
 
@@ -63,7 +65,7 @@ class LoadedRun:
         """The device identity diffs compare within: plugin, chip, simulated or not."""
         hw = self.run.hardware
         if self.run.export is not None:
-            return f"{self.run.export.target} export / host {hw.chip or hw.device_type}"
+            return f"{self.run.export.label} / host {hw.chip or hw.device_type}"
         return f"{self.run.plugin.name} / {hw.chip or hw.device_type}" + (f" ({SIMULATED})" if hw.simulated else "")
 
     @property
@@ -186,6 +188,8 @@ class Matrix:
     cells: dict[tuple[str, str], Cell]
     diffs: list[Diff]
     problems: list[str]
+    lanes: Sequence[LaneRecord] | None = None
+    """The test lanes' records the page shows (``None``: the committed ones, ``compat_matrix/lanes/``)."""
 
     def cell(self, probe: str, column: Column) -> Cell:
         """The cell for ``probe`` in ``column`` (empty: untested)."""
@@ -215,8 +219,8 @@ def load_runs(paths: Iterable[Path]) -> tuple[list[LoadedRun], list[str]]:
     return runs, problems
 
 
-def merge(runs: Sequence[LoadedRun], problems: Sequence[str] = ()) -> Matrix:
-    """Build the matrix from loaded runs."""
+def merge(runs: Sequence[LoadedRun], problems: Sequence[str] = (), lanes: Sequence[LaneRecord] | None = None) -> Matrix:
+    """Build the matrix from loaded runs (and the lane records it shows; ``None``: the committed ones)."""
     ordered = sorted(runs, key=lambda r: (r.device, r.run.started_at, r.key))
     columns = _columns(ordered)
     rows = _rows(ordered)
@@ -225,13 +229,13 @@ def merge(runs: Sequence[LoadedRun], problems: Sequence[str] = ()) -> Matrix:
         for loaded in column.runs:
             for result in loaded.run.results:
                 cells.setdefault((result.probe, column.id), Cell([])).entries.append((loaded, result))
-    return Matrix(ordered, columns, rows, cells, _diffs(ordered), list(problems))
+    return Matrix(ordered, columns, rows, cells, _diffs(ordered), list(problems), lanes)
 
 
-def build_matrix(paths: Iterable[Path]) -> Matrix:
-    """Load and merge result files."""
+def build_matrix(paths: Iterable[Path], lanes: Sequence[LaneRecord] | None = None) -> Matrix:
+    """Load and merge result files (``lanes``: the lane records to show; ``None``: the committed ones)."""
     runs, problems = load_runs(paths)
-    return merge(runs, problems)
+    return merge(runs, problems, lanes)
 
 
 def column_key(loaded: LoadedRun) -> tuple[str, ...]:
@@ -239,7 +243,7 @@ def column_key(loaded: LoadedRun) -> tuple[str, ...]:
     run = loaded.run
     runtimes = ",".join(f"{k}={v}" for k, v in sorted(run.env.runtimes.items()))
     return (
-        f"{run.export.target} export" if run.export else "",
+        run.export.label if run.export else "",
         run.plugin.name,
         run.hardware.chip or run.hardware.device_type,
         "simulated" if run.hardware.simulated else "real",
@@ -259,8 +263,8 @@ def _columns(runs: list[LoadedRun]) -> list[Column]:
     for n, key in enumerate(sorted(groups), start=1):
         first = groups[key][0].run
         label = f"{first.plugin.name} · {first.hardware.chip or first.hardware.device_type}"
-        if first.export is not None:  # not a device: the runtime's interpreter on the host
-            label = f"{first.export.target} export · on host CPU ({first.hardware.chip or first.hardware.device_type})"
+        if first.export is not None:  # not a device: the runtime's interpreter or the vendor's compiler on the host
+            label = f"{first.export.label} · on host CPU ({first.hardware.chip or first.hardware.device_type})"
         if first.hardware.simulated:
             label += f" ({SIMULATED})"
         versions = [f"anydevice {first.anydevice.version}", f"torch {first.env.torch or '?'}"]
@@ -390,16 +394,21 @@ NOT_APPLICABLE = "not this column's probes"
 EXPORT_NOTE = (
     "an export column (`anydevice matrix probe --target litert`) is not a device: the model is converted for that "
     "runtime and run in its interpreter on the host CPU, so it runs the sanity gate and the export probes only; "
-    "device columns never run the export probes"
+    "a compile column (`--target tpu:v5e-8`) is the compile probes' training steps compiled for that slice by its "
+    "vendor's compiler on the host CPU, never run (pass: compiled and fits); device columns run neither"
 )
-"""What the legend says about export columns and the cells that do not apply."""
+"""What the legend says about export and compile columns and the cells that do not apply."""
 
 
 def applies(row: Row, column: Column) -> bool:
-    """Whether ``row`` is a probe ``column`` runs: an export column the sanity gate and export probes, a device
-    column every other probe. The rest are shown untested and left out of the column's counts."""
-    export = column.runs[0].run.export is not None
-    return row.shim == "sanity" or (row.shim == EXPORT_GROUP) == export
+    """Whether ``row`` is a probe ``column`` runs: an export (compile) column the sanity gate and the export
+    (compile) probes, a device column every other probe. The rest are shown untested and left out of the counts."""
+    target = column.runs[0].run.export
+    if row.shim == "sanity":
+        return True
+    if target is None:
+        return row.shim not in TARGET_GROUPS
+    return row.shim == target.kind  # a target's kind is its probes' group
 
 
 def shows(matrix: Matrix, row: Row, column: Column) -> bool:
@@ -476,6 +485,54 @@ def _builtin_devices() -> list[tuple[str, str, str | None, object, tuple[str, ..
         )
         for e in entries
     ]
+
+
+NOT_RUN: Final = frozenset({Status.SKIP, Status.UNTESTED, Status.HARNESS_ERROR})
+"""Statuses of a probe that did not run on the device: nothing stands behind such a cell."""
+
+
+def column_evidence(column: Column) -> Evidence:
+    """What stands behind a column's results, in anydevice's one vocabulary (:mod:`anydevice.contract.evidence`).
+
+    A column whose device was never available has nothing behind it (unknown); a run on a stand-in (a simulated
+    vendor module, or a plugin whose own evidence is a stand-in, as torch_xla on PJRT CPU) is a stand-in; an export
+    target ran in its runtime's stand-in on the host; any other healthy run ran on the chip, and its result file
+    is where the evidence is.
+    """
+    runs = [r for r in column.runs if r.run.health.device_available]
+    if not runs:
+        return UNKNOWN
+    first = runs[0]
+    run = first.run
+    if run.export is not None and run.export.kind == "compile":
+        packages = ", ".join(f"{k} {v}" for k, v in run.export.versions.items())
+        return Evidence("compiled", f"{run.export.target}: {packages}; {first.source}", first.date[:10])
+    if run.export is not None:
+        return Evidence.stand_in(f"{run.export.target} export checked in {run.export.runs_on}; {first.source}")
+    recorded = (run.hardware.evidence or {}).get("level")
+    if recorded in ("compiled", "registered"):  # a run that compiled or read the vendor's package, without a chip
+        evidence = run.hardware.evidence or {}
+        level: Level = "compiled" if recorded == "compiled" else "registered"
+        return Evidence(level, evidence.get("source", ""), evidence.get("date", ""))
+    declared = _declared_evidence().get(run.plugin.name, UNKNOWN)
+    if run.hardware.simulated or "stand-in" in (recorded, declared.level):
+        what = declared.source if declared.level == "stand-in" else f"a simulated {run.plugin.name} vendor module"
+        return Evidence.stand_in(f"{what}; {first.source}", first.date[:10])
+    return Evidence.ran(", ".join(r.source for r in runs), first.date[:10])
+
+
+def cell_evidence(cell: Cell, column: Column) -> Evidence:
+    """What stands behind one cell: its column's evidence where the probe ran, unknown where it did not."""
+    status = cell.status
+    return UNKNOWN if (status is None and not cell.entries) or status in NOT_RUN else column_evidence(column)
+
+
+def _declared_evidence() -> dict[str, Evidence]:
+    """Plugin name -> the evidence it declares (``DeviceSpec.evidence``), for the built-in plugins."""
+    from anydevice.runtime.registry import builtin_registry
+
+    registry = builtin_registry()
+    return {registry.get(name).plugin: registry.get(name).spec.evidence for name in registry.names()}
 
 
 def ran_pair(column: Column) -> str:

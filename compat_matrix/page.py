@@ -7,7 +7,7 @@ template only lays it out, and autoescaping makes every text from a result file 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -28,7 +28,9 @@ from anydevice.compat_matrix.merge import (
     Matrix,
     Tally,
     build_matrix,
+    cell_evidence,
     cell_key,
+    column_evidence,
     ran_pair,
     shows,
     tally,
@@ -46,7 +48,7 @@ from anydevice.compat_matrix.schema import (
     Status,
     shown,
 )
-from anydevice.compat_matrix.versions_table import plugin_versions
+from anydevice.compat_matrix.versions_table import LaneRecord, lane_times, plugin_versions
 from anydevice.errors import FileAccessError
 from anydevice.files.safe_files import Recognise, check_replaceable, read_bytes, write_bytes
 
@@ -82,9 +84,10 @@ class Site:
     run_count: int
 
 
-def build_site(results: Iterable[Path]) -> Site:
-    """Render the page from result files; deterministic for the same files, whatever their order."""
-    matrix = build_matrix(results)
+def build_site(results: Iterable[Path], lanes: Sequence[LaneRecord] | None = None) -> Site:
+    """Render the page from result files and lane records (``None``: the committed ones, ``compat_matrix/lanes/``);
+    deterministic for the same files, whatever their order."""
+    matrix = build_matrix(results, lanes)
     files = {"index.html": render_html(matrix), "index.md": render_markdown(matrix)}
     return Site(files, list(matrix.problems), len(matrix.runs))
 
@@ -172,6 +175,7 @@ def page_view(matrix: Matrix) -> dict[str, Any]:
         "summary": [_summary_row(matrix, c) for c in matrix.columns],
         "groups": [(g, group_anchor(g)) for g in matrix.shims],
         "versions": _versions(matrix),
+        "lane_times": lane_times(matrix.lanes),
         "legend": [(s.value, SYMBOL[s], LABEL[s], MEANING[s]) for s in Status],
         "sources": [(k.value, v) for k, v in SOURCES.items()],
         "statuses": [(s.value, LABEL[s]) for s in Status],
@@ -238,7 +242,7 @@ def column_note(column: Column) -> str:
     if any(r.hardware.simulated for r in runs):
         return "simulated vendor module: tests the plugin's code paths, not the hardware"
     if runs[0].export is not None:
-        return f"export target, not a device: {runs[0].export.runs_on}"
+        return f"{runs[0].export.kind} target, not a device: {runs[0].export.runs_on}"
     return ""
 
 
@@ -267,7 +271,13 @@ def _summary_row(matrix: Matrix, column: Column) -> dict[str, Any]:
                 "sources": _failure_sources(t),
             }
         )
-    return {"column": column, "overall": tally(matrix, column), "note": column_note(column), "cells": cells}
+    return {
+        "column": column,
+        "overall": tally(matrix, column),
+        "note": column_note(column),
+        "level": column_evidence(column).label(),
+        "cells": cells,
+    }
 
 
 def _versions(matrix: Matrix) -> list[dict[str, Any]]:
@@ -277,7 +287,7 @@ def _versions(matrix: Matrix) -> list[dict[str, Any]]:
             "ran": [(c, ran_pair(c), column_note(c)) for c in pv.columns],
             "gpu_hint": pv.vendor_package == "torch",
         }
-        for pv in plugin_versions(matrix)
+        for pv in plugin_versions(matrix, lanes=matrix.lanes)
     ]
 
 
@@ -293,6 +303,7 @@ def _column_head(matrix: Matrix, column: Column) -> dict[str, Any]:
         "column": column,
         "counts": _counts(tally(matrix, column)),
         "runs": [(run_anchor(r), r.date[:10]) for r in column.runs],
+        "level": column_evidence(column).label(),
         "flags": flags,
     }
 
@@ -335,6 +346,7 @@ def _cell(probe: str, column: Column, cell: Cell) -> dict[str, Any]:
         "text": text,
         "claim": claim,
         "sources": ", ".join(cell.origins),
+        "level": cell_evidence(cell, column).label(),
         "evidence": [_evidence(probe, loaded, result) for loaded, result in cell.entries],
     }
 
@@ -342,7 +354,7 @@ def _cell(probe: str, column: Column, cell: Cell) -> dict[str, Any]:
 def _not_applicable(probe: str, column: Column) -> dict[str, Any]:
     """A cell of a probe the column does not run (a device probe in an export column, or back)."""
     cell = {"key": "untested", "column": column, "probe": probe, "symbol": "·", "text": NOT_APPLICABLE}
-    return {**cell, "claim": None, "sources": "", "evidence": []}
+    return {**cell, "claim": None, "sources": "", "level": "unknown", "evidence": []}
 
 
 def _evidence(probe: str, loaded: LoadedRun, result: ProbeResult) -> dict[str, Any]:

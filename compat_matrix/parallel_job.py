@@ -7,7 +7,7 @@ devices) or under ``anydevice run -n N -m ...`` (one process per rank: DTensor).
   the split model (``fsdp+tp``: also ``wrap(model, "fsdp")`` on the ``dp`` axis under DTensor; on SPMD the
   ``dp`` axis shards the batch) and of the same model unsplit on the CPU, on the same global batches, after
   one forward under ``no_grad`` (an evaluation before training);
-* ``save DIR``: split over every rank or device on ``tp``, one step, ``ad.checkpoint.save``; rank 0 writes ``DIR.ref.pt``
+* ``save DIR``: split over every rank or device on ``tp``, one step, ``checkpoint.save``; rank 0 writes ``DIR.ref.pt``
   (the full weights and the split model's logits on a fixed input);
 * ``load DIR``: one unsplit process loads the checkpoint into a fresh model: weight difference and logits.
 
@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-import anydevice as ad
+from anydevice import api, checkpoint, distributed
 
 STEPS, BATCH, SEQ, VOCAB, WIDTH = 3, 8, 8, 32, 16
 
@@ -79,10 +79,10 @@ def _train(model: nn.Module, batches: list[torch.Tensor], feed: Callable[[torch.
     losses = []
     for idx in batches:
         loss = _loss(model, feed(idx))
-        loss.backward()  # type: ignore[no-untyped-call]
+        torch.autograd.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
-        ad.step()
+        api.step()
         losses.append(loss.detach())
     return [float(v) for v in torch.stack(losses).cpu()]  # one read, after the loop
 
@@ -111,30 +111,30 @@ def _batches() -> list[torch.Tensor]:
 def train(mode: str) -> dict[str, Any]:
     """The split run and the unsplit CPU run of the same model on the same global batches."""
     # First: XLA SPMD must start before any tensor is on the device.
-    mesh = ad.distributed.mesh({"tp": -1} if mode == "tp" else {"dp": -1, "tp": 2})
+    mesh = distributed.mesh({"tp": -1} if mode == "tp" else {"dp": -1, "tp": 2})
     torch.manual_seed(0)
     reference = TinyLM()
     batches = _batches()
     with torch.no_grad():
         ref_logits = reference(batches[0])
-    model = ad.distributed.parallelize(copy.deepcopy(reference), "auto", mesh=mesh)
-    lowering = ad.backend().shims.collectives.tensor_parallel
+    model = distributed.parallelize(copy.deepcopy(reference), "auto", mesh=mesh)
+    lowering = api.backend().shims.collectives.tensor_parallel
     if mode == "fsdp+tp" and lowering == "dtensor":  # on SPMD the mesh's dp axis is the data parallelism
-        model = ad.distributed.wrap(model, "fsdp")
+        model = distributed.wrap(model, "fsdp")
     split = layout(model)
     with torch.no_grad():
-        logits = model(ad.distributed.shard_batch(batches[0], mesh))
-    rows = ad.distributed.shard_batch(batches[0], mesh).shape[0]
-    losses = _train(model, batches, lambda b: ad.distributed.shard_batch(b, mesh))
+        logits = model(distributed.shard_batch(batches[0], mesh))
+    rows = distributed.shard_batch(batches[0], mesh).shape[0]
+    losses = _train(model, batches, lambda b: distributed.shard_batch(b, mesh))
     # Each dp replica's loss is the mean of its slice; average over the world (tp ranks hold equal copies).
-    mean = ad.distributed.all_reduce(torch.tensor(losses), "sum") / ad.distributed.world_size()
+    mean = distributed.all_reduce(torch.tensor(losses), "sum") / distributed.world_size()
     start = (
-        ad.distributed.rank() // ad.distributed.mesh_degrees(mesh)["tp"] * rows
-        if "dp" in ad.distributed.mesh_degrees(mesh) and lowering == "dtensor"
+        distributed.rank() // distributed.mesh_degrees(mesh)["tp"] * rows
+        if "dp" in distributed.mesh_degrees(mesh) and lowering == "dtensor"
         else 0
     )
     return {
-        "mesh": ad.distributed.mesh_degrees(mesh),
+        "mesh": distributed.mesh_degrees(mesh),
         "lowering": lowering,
         "losses": mean.tolist(),
         "reference": _train(reference, batches, lambda b: b),
@@ -146,29 +146,29 @@ def train(mode: str) -> dict[str, Any]:
 
 def save(directory: str) -> dict[str, Any]:
     """Split, one AdamW step, save with DCP; rank 0 keeps the full weights and the split model's logits."""
-    mesh = ad.distributed.mesh({"tp": -1})
+    mesh = distributed.mesh({"tp": -1})
     torch.manual_seed(0)
-    model = ad.distributed.parallelize(TinyLM(), "auto", mesh=mesh)
-    _train(model, _batches()[:1], lambda b: ad.distributed.shard_batch(b, mesh))
-    ad.checkpoint.save({"model": model, "step": 1}, directory)
+    model = distributed.parallelize(TinyLM(), "auto", mesh=mesh)
+    _train(model, _batches()[:1], lambda b: distributed.shard_batch(b, mesh))
+    checkpoint.save({"model": model, "step": 1}, directory)
     probe = _batches()[0]
     with torch.no_grad():
-        logits = _full(model(ad.distributed.shard_batch(probe, mesh)))
+        logits = _full(model(distributed.shard_batch(probe, mesh)))
     weights = {n: _full(p) for n, p in model.named_parameters()}
-    if ad.distributed.rank() == 0:
+    if distributed.rank() == 0:
         torch.save({"weights": weights, "logits": logits}, directory + ".ref.pt")
-    return {"mesh": ad.distributed.mesh_degrees(mesh), "split": layout(model)}
+    return {"mesh": distributed.mesh_degrees(mesh), "split": layout(model)}
 
 
 def load(directory: str) -> dict[str, Any]:
     """One unsplit process loads the split checkpoint into a freshly initialised model."""
     torch.manual_seed(123)  # other values than the checkpoint's
-    model = TinyLM().to(ad.device())
-    state = ad.checkpoint.load({"model": model, "step": 0}, directory)
+    model = TinyLM().to(api.device())
+    state = checkpoint.load({"model": model, "step": 0}, directory)
     saved = torch.load(directory + ".ref.pt")
     diff = max(float((_full(p) - saved["weights"][n]).abs().max()) for n, p in model.named_parameters())
     with torch.no_grad():
-        logits = _full(model(_batches()[0].to(ad.device())))
+        logits = _full(model(_batches()[0].to(api.device())))
     return {"step": state["step"], "max_weight_diff": diff, "logits": logits.tolist(), "saved_logits": saved["logits"].tolist()}
 
 
@@ -182,9 +182,9 @@ def main(argv: list[str]) -> None:
         result = load(argv[2])
     else:
         raise SystemExit(f"unknown mode {mode!r}: tp, fsdp+tp, save DIR or load DIR")
-    rank = ad.distributed.rank()
+    rank = distributed.rank()
     (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **result}))
-    ad.distributed.shutdown()
+    distributed.shutdown()
 
 
 if __name__ == "__main__":

@@ -35,9 +35,11 @@ GROUPS: Final = (
     "workloads",
     "parallel",
     "export",
+    "compile",
 )
 """The groups probes belong to: the four shims, dtypes, common ops, real workloads and model parallelism (plus
-the gate), and export to edge runtimes. A result file calls a probe's group its ``shim``."""
+the gate), export to edge runtimes, and training steps compiled for a slice. A result file calls a probe's group
+its ``shim``."""
 
 EXPORT_GROUP: Final = "export"
 """The group of export probes: they run only for an export target (``anydevice matrix probe --target litert``)."""
@@ -49,6 +51,28 @@ EXPORT_RUNS_ON: Final[dict[str, str]] = {
     "litert": "converted with litert-torch, run in LiteRT's CPU interpreter (ai-edge-litert) on the host CPU"
 }
 """Where an export target's probes run: not a device plugin, the runtime's own interpreter on this host."""
+
+COMPILE_GROUP: Final = "compile"
+"""The group of compile probes: they run only for a slice target (``anydevice matrix probe --target tpu:v5e-8``):
+each probe's training step is compiled for the slice by its vendor's compiler on the host CPU, never run."""
+
+TARGET_GROUPS: Final = (EXPORT_GROUP, COMPILE_GROUP)
+"""The groups whose probes run only for a ``--target`` (not on a device), and no device run takes."""
+
+
+def target_group(target: str) -> str | None:
+    """``"litert"`` -> the export group; a slice (``"tpu:v5e-8"``) -> the compile group; otherwise None."""
+    if target in EXPORT_TARGETS:
+        return EXPORT_GROUP
+    from anydevice.preflight.compiled import split_target
+
+    return COMPILE_GROUP if split_target(target)[1] is not None else None
+
+
+def target_family(target: str) -> str:
+    """What a target's probes name in ``params["target"]``: the export target, or a slice's device (``"tpu"``)."""
+    return target if target in EXPORT_TARGETS else target.partition(":")[0]
+
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,99}$")
 

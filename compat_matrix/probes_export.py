@@ -65,7 +65,8 @@ class CausalLMLogits(torch.nn.Module):
         self.model = model
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=ids, use_cache=False).logits  # type: ignore[no-any-return]
+        logits: torch.Tensor = self.model(input_ids=ids, use_cache=False).logits
+        return logits
 
 
 def tiny_hf_llama() -> CausalLMLogits:
@@ -87,7 +88,8 @@ def _hf_llama() -> tuple[torch.nn.Module, Inputs, Inputs]:
 
 class _Svd(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.linalg.svd(x)[1]  # type: ignore[no-any-return]  # LiteRT has no lowering for SVD
+        singular: torch.Tensor = torch.linalg.svd(x)[1]  # LiteRT has no lowering for SVD
+        return singular
 
 
 def _svd() -> tuple[torch.nn.Module, Inputs, Inputs]:

@@ -93,7 +93,7 @@ def _cuda_script_reference() -> list[float]:
     losses = []
     for i in range(0, 96, 32):
         loss = torch.nn.functional.mse_loss(model(xs[i : i + 32]), ys[i : i + 32])
-        loss.backward()  # type: ignore[no-untyped-call]
+        torch.autograd.backward(loss)
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
@@ -132,7 +132,8 @@ def _run(ctx: ProbeContext, source: str, *flags: str) -> dict[str, Any]:
             tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise RuntimeError(f"`anydevice run {' '.join(flags)} script.py` exited {proc.returncode}: {tail}")
     print(proc.stderr[-2000:])
-    return json.loads(lines[-1])  # type: ignore[no-any-return]
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
 
 
 def _llama_losses(device: torch.device, step: Any, steps: int = 3) -> list[torch.Tensor]:
@@ -148,7 +149,7 @@ def _llama_losses(device: torch.device, step: Any, steps: int = 3) -> list[torch
     losses = []
     for _ in range(steps):
         loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()  # type: ignore[no-untyped-call]
+        torch.autograd.backward(loss)
         opt.step()
         opt.zero_grad()
         step()

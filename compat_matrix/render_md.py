@@ -11,10 +11,10 @@ import re
 
 from anydevice.compat_matrix import claims, merge
 from anydevice.compat_matrix.claims import origin
-from anydevice.compat_matrix.merge import DISAGREE, Cell, Column, Diff, Matrix, Tally, ran_pair, tally
+from anydevice.compat_matrix.merge import DISAGREE, Cell, Column, Diff, Matrix, Tally, column_evidence, ran_pair, tally
 from anydevice.compat_matrix.runner import probe_command
 from anydevice.compat_matrix.schema import CLAIM_MISMATCH_SYMBOL, DISAGREE_SYMBOL, LABEL, SYMBOL, WORKING, Status, shown
-from anydevice.compat_matrix.versions_table import plugin_versions
+from anydevice.compat_matrix.versions_table import lane_times, plugin_versions
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|#!~])")
 
@@ -119,13 +119,15 @@ def _summary(matrix: Matrix) -> list[str]:
         for group in groups:
             t = tally(matrix, column, group)
             cells.append(md(f"{_label(t.worst)}: {t.working}/{t.total} work" if t.total else merge.NOT_APPLICABLE))
-        head = md(f"{column.id}: {column.label} ({overall.working}/{overall.total} work)")
+        head = md(
+            f"{column.id}: {column.label} ({overall.working}/{overall.total} work; evidence: {column_evidence(column).label()})"
+        )
         lines.append(f"| {head} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
 def _versions(matrix: Matrix) -> list[str]:
-    rows = plugin_versions(matrix)
+    rows = plugin_versions(matrix, lanes=matrix.lanes)
     minors = [c.torch for c in rows[0].cells] if rows else []
     lines = [
         "## Versions",
@@ -140,6 +142,10 @@ def _versions(matrix: Matrix) -> list[str]:
         ran = "; ".join(f"{c.id}: {ran_pair(c)}" for c in pv.columns) or "not run here: no result file yet"
         cells = " | ".join("**tested**" if c.status == "tested" else c.status for c in pv.cells)
         lines.append(f"| {md(pv.plugin)} | {md(pv.vendor_package or '-')} | {md(pv.supported)} | {md(ran)} | {cells} |")
+    times = lane_times(matrix.lanes)
+    if times:
+        lines += ["", "The test lanes of `scripts/test` (their records, `compat_matrix/lanes/`):", ""]
+        lines += [f"- {md(line)}" for line in times]
     return [*lines, ""]
 
 

@@ -133,18 +133,29 @@ def run_probes(
 
 
 def _export_env(target: str | None) -> dict[str, str]:
-    """The worker's extra environment: an export target's probes convert and interpret on the host CPU."""
+    """The worker's extra environment: a target's probes convert and interpret (export) or compile (a slice) on
+    the host CPU. An unknown target, a slice no plugin compiles, or a compiler not installed is refused here."""
     if target is None:
         return {}
-    from anydevice.compat_matrix.probe import EXPORT_TARGETS
+    from anydevice.compat_matrix.probe import COMPILE_GROUP, EXPORT_TARGETS, target_group
     from anydevice.errors import AnyDeviceError
 
-    if target not in EXPORT_TARGETS:
-        raise AnyDeviceError(f"Unknown export target {target!r}.", "Export targets: " + ", ".join(EXPORT_TARGETS) + ".")
+    group = target_group(target)
+    if group is None:
+        raise AnyDeviceError(
+            f"Unknown target {target!r}.",
+            "Targets: " + ", ".join(EXPORT_TARGETS) + " (export), or a slice to compile for, such as tpu:v5e-8.",
+        )
+    if group == COMPILE_GROUP:
+        from anydevice.preflight.compiled import canonical_slice, require_compiler, split_target
+
+        device, slice_name = split_target(target)
+        canonical_slice(device, slice_name or "")  # an unknown generation or size lists the valid ones
+        require_compiler([target])
     selected = os.environ.get("ANYDEVICE", "").strip()
     if selected not in ("", "cpu"):
         raise AnyDeviceError(
-            f"--target {target} probes export on the host CPU, but ANYDEVICE={selected} selects another device.",
+            f"--target {target} probes {group} on the host CPU, but ANYDEVICE={selected} selects another device.",
             f"Unset ANYDEVICE (or set ANYDEVICE=cpu) for --target {target}; run the device's own probes without --target.",
         )
     return {"ANYDEVICE": "cpu"}
@@ -343,7 +354,8 @@ def _assemble(
     export = env.get("export")
     versions.update(export["versions"] if export else {})
     is_fake = backend.get("simulated", False) if simulated is None else simulated
-    name = f"{export['target']}-export" if export else backend.get("name") or requested or "auto"
+    target_name = f"{export['target'].replace(':', '-')}-{export['kind']}" if export else None
+    name = target_name or backend.get("name") or requested or "auto"
     return Run(
         schema_version=SCHEMA_VERSION,
         run_id=f"{name}-{started:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}",
@@ -369,6 +381,7 @@ def _assemble(
             device_count=int(backend.get("count") or 0),
             memory_bytes=backend.get("memory_bytes"),
             simulated=bool(is_fake),
+            evidence=backend.get("evidence"),
         ),
         invocation=Invocation(argv=list(argv), ANYDEVICE=requested, seed=seed, command=reproduce_command(requested, argv)),
         health=Health(sanity_passed=sanity_ok, device_available=setup is None, note=bounded(note, MAX_MESSAGE)),

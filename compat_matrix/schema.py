@@ -189,6 +189,8 @@ class Hardware(_Model):
     device_count: int = Field(default=0, ge=0)
     memory_bytes: int | None = None
     simulated: bool = False
+    evidence: dict[str, str] | None = None
+    """What stands behind the run (``DeviceSpec.evidence.as_dict()``: level, source, date, label); None in older files."""
 
 
 class Invocation(_Model):
@@ -209,7 +211,8 @@ class Health(_Model):
 
 
 class ExportTarget(_Model):
-    """An export target's run (``matrix probe --target litert``): not a device plugin, the runtime on the host CPU.
+    """A target's run (``matrix probe --target litert``, ``--target tpu:v5e-8``): not a device plugin, the
+    runtime's interpreter (export) or the vendor's compiler (compile) on the host CPU.
 
     The plugin and hardware of such a run are the host's (``cpu``), where the conversion and the runtime's
     interpreter ran; this says which runtime, how, and the versions of its packages.
@@ -218,6 +221,14 @@ class ExportTarget(_Model):
     target: str = Field(min_length=1, max_length=50)
     runs_on: str = Field(max_length=MAX_REASON)
     versions: dict[str, str] = Field(default_factory=dict)
+    kind: Literal["export", "compile"] = "export"
+    """``export``: converted and run in the runtime's interpreter; ``compile``: compiled for a slice, never run.
+    The kind is also the group of the probes the target runs (:data:`~anydevice.compat_matrix.probe.TARGET_GROUPS`)."""
+
+    @property
+    def label(self) -> str:
+        """How a column names the target: ``"litert export"``, ``"tpu:v5e-8 compiled, not run"``."""
+        return f"{self.target} export" if self.kind == "export" else f"{self.target} compiled, not run"
 
 
 class Run(_Model):

@@ -26,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
+from anydevice.compat_matrix.lane_time import TABLE_HEAD, junit_times, minutes, over_budget, over_ceiling, slowest, table_row
 from anydevice.compat_matrix.merge import (
     TORCH_RANGE,
     Column,
@@ -44,6 +45,7 @@ __all__ = [
     "TORCH_RANGE",
     "LaneRecord",
     "VersionCell",
+    "lane_times",
     "load_lanes",
     "plugin_versions",
     "ran_pair",
@@ -93,6 +95,14 @@ class LaneRecord:
     counts: dict[str, int] = field(default_factory=dict)
     python: str = ""
     date: str = ""
+    seconds: float = 0.0
+    """The lane's wall time (pytest's run, as ``scripts/test`` timed it); 0 when not timed."""
+    budget: float | None = None
+    """The lane's budget in seconds, from ``scripts/test``'s lane table."""
+    slowest: list[dict[str, object]] = field(default_factory=list)
+    """The lane's 15 slowest tests, slowest first: ``{"test", "seconds"[, "long": reason]}``."""
+    over: list[str] = field(default_factory=list)
+    """Why the lane failed its time rules: over its budget, or tests over the per-test ceiling not marked long."""
 
     @property
     def minor(self) -> str:
@@ -162,7 +172,7 @@ def tested_notes(
     lane and result file."""
     names = {plugin, *devices}
     notes = [
-        (f"lane {lane.lane}", f"lane {lane.lane} ({lane.devices[device]}, torch {lane.torch})")
+        (f"lane {lane.lane}", f"lane {lane.lane} ({lane.devices[device]}, torch {lane.torch}{_took(lane)})")
         for lane in lanes
         if lane.outcome == "passed" and lane.minor == minor
         for device in sorted(names & set(lane.devices))
@@ -173,6 +183,21 @@ def tested_notes(
         if ran.plugin == plugin and ran.torch and _minor(ran.torch) == minor
     ]
     return notes
+
+
+def _took(lane: LaneRecord) -> str:
+    return f", {lane.counts.get('passed', 0)} tests passed in {minutes(lane.seconds)}" if lane.seconds else ""
+
+
+def lane_times(lanes: Sequence[LaneRecord] | None = None) -> list[str]:
+    """One line per lane record (default: the committed ones): outcome, tests passed, wall time and budget."""
+    lines = []
+    for lane in load_lanes() if lanes is None else lanes:
+        took = f"in {minutes(lane.seconds)}" if lane.seconds else "(time not recorded)"
+        budget = f" (budget {minutes(lane.budget)})" if lane.budget else ""
+        passed = lane.counts.get("passed", 0)
+        lines.append(f"{lane.lane}: {lane.outcome}, {passed} tests passed {took}{budget}, torch {lane.torch}")
+    return lines
 
 
 def declared_note(vendor_package: str | None, packages: Sequence[str], minor: str) -> tuple[bool, str]:
@@ -260,9 +285,21 @@ def junit_counts(path: Path) -> dict[str, int]:
     return {"passed": passed, "failed": total["failures"], "errors": total["errors"], "skipped": total["skipped"]}
 
 
-def record_lane(lane: str, devices: str, exit_code: int, junit: Path | None = None) -> LaneRecord:
-    """The record of a lane that just ran in this interpreter's environment (pytest's exit code decides the outcome)."""
-    outcome: Literal["passed", "failed", "no tests"] = {0: "passed", 5: "no tests"}.get(exit_code, "failed")  # type: ignore[assignment]
+def record_lane(
+    lane: str,
+    devices: str,
+    exit_code: int,
+    junit: Path | None = None,
+    seconds: float = 0.0,
+    budget: float | None = None,
+    ceiling: float | None = None,
+) -> LaneRecord:
+    """The record of a lane that just ran in this interpreter's environment (pytest's exit code decides the outcome),
+    with its time judged against its ``budget`` and each test's against the per-test ``ceiling`` (seconds)."""
+    times = junit_times(junit) if junit else []
+    top = slowest(times)
+    budget_problem = over_budget(lane, seconds, budget, top)
+    outcome: Literal["passed", "failed", "no tests"] = "passed" if exit_code == 0 else "no tests" if exit_code == 5 else "failed"
     packages = {pkg: version for pkg in VENDOR_DISTRIBUTIONS if (version := _version(pkg))}
     return LaneRecord(
         lane=lane,
@@ -273,6 +310,10 @@ def record_lane(lane: str, devices: str, exit_code: int, junit: Path | None = No
         counts=junit_counts(junit) if junit else {},
         python=platform.python_version(),
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        seconds=round(seconds, 1),
+        budget=budget,
+        slowest=top,
+        over=[*filter(None, [budget_problem]), *over_ceiling(times, ceiling)],
     )
 
 
@@ -284,7 +325,8 @@ def _version(distribution: str) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m anydevice.compat_matrix.versions_table record --lane L --devices D --exit-code N --out FILE``."""
+    """``python -m anydevice.compat_matrix.versions_table record --lane L --devices D --exit-code N --out FILE``
+    (exit status 3 when the lane broke its time rules), or ``table RECORD...`` (scripts/test's closing table)."""
     parser = argparse.ArgumentParser(prog="python -m anydevice.compat_matrix.versions_table")
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="write the record of a lane that just ran (scripts/test calls it)")
@@ -292,16 +334,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec.add_argument("--devices", required=True, help="devices the lane exercised: cpu,neuron(fake),tpu(no-chip)")
     rec.add_argument("--exit-code", type=int, required=True, help="pytest's exit status (5: no tests collected)")
     rec.add_argument("--junit", type=Path, help="pytest's --junitxml file, for the counts")
+    rec.add_argument("--seconds", type=float, default=0.0, help="the lane's wall time")
+    rec.add_argument("--budget", type=float, help="the lane's budget in seconds: over it, exit status 3")
+    rec.add_argument("--ceiling", type=float, help="the per-test ceiling in seconds: a test over it not marked long, status 3")
     rec.add_argument("--out", type=Path, required=True)
+    table = sub.add_parser("table", help="one line per lane record: outcome, tests, time, budget, slowest test")
+    table.add_argument("records", type=Path, nargs="*")
     args = parser.parse_args(argv)
-    record = record_lane(args.lane, args.devices, args.exit_code, args.junit)
+    if args.command == "table":
+        print(TABLE_HEAD)
+        for path in args.records:
+            try:
+                print(table_row(json.loads(read_bytes(path, limit=MAX_RESULT_FILE))))
+            except (OSError, ValueError, FileAccessError):
+                print(f"{path.stem:<15} no record")
+        return 0
+    record = record_lane(args.lane, args.devices, args.exit_code, args.junit, args.seconds, args.budget, args.ceiling)
     try:  # atomic: readers (the page, doctor) never see half a file; only an earlier lane record is replaced
         write_json(args.out, asdict(record), ours_keys=LANE_KEYS, sort_keys=True)
     except FileAccessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"{args.out}: {record.lane} {record.outcome} on torch {record.torch}", file=sys.stderr)
-    return 0
+    for problem in record.over:
+        print(f"FAILED (time): {problem}", file=sys.stderr)
+    return 3 if record.over else 0
 
 
 def plugin_versions(

@@ -116,23 +116,39 @@ def base_env() -> dict[str, Any]:
 
 
 def export_env(target: str) -> dict[str, Any]:
-    """An export target's run described for the result file: what runs where, and its packages' versions."""
-    from anydevice.compat_matrix.probe import EXPORT_RUNS_ON, EXPORT_TARGETS
+    """A target's run described for the result file: what runs where, and its packages' versions.
 
-    versions = {dist: _version(dist) for dist in EXPORT_TARGETS[target]}
-    return {"target": target, "runs_on": EXPORT_RUNS_ON[target], "versions": {k: v for k, v in versions.items() if v}}
+    An export target (``litert``) converts and interprets on the host; a slice (``tpu:v5e-8``) is compiled by the
+    compiler its device's plugin declares (``CheckFacts.slice_compiler``), on the host, and never run.
+    """
+    from anydevice.compat_matrix.probe import COMPILE_GROUP, EXPORT_RUNS_ON, EXPORT_TARGETS, target_group
+
+    kind = target_group(target)
+    if kind == COMPILE_GROUP:
+        from anydevice.preflight.compiled import slice_compiler, split_target
+
+        device, slice_name = split_target(target)
+        compiler = slice_compiler(device)
+        packages: tuple[str, ...] = tuple(getattr(compiler, "PACKAGES", ()))
+        runs_on = f"compiled for {slice_name} by its vendor's compiler on the host CPU ({', '.join(packages)}); never run"
+    else:
+        packages, runs_on = EXPORT_TARGETS[target], EXPORT_RUNS_ON[target]
+    versions = {dist: _version(dist) for dist in packages}
+    return {"target": target, "kind": kind, "runs_on": runs_on, "versions": {k: v for k, v in versions.items() if v}}
 
 
 def backend_env(backend: Any) -> dict[str, Any]:
     """The selected backend described for the result file."""
     vendor_package = None
     unsupported: dict[str, str] = {}
+    evidence: dict[str, str] | None = None
     try:
         from anydevice.runtime.registry import get_registry
 
         spec = get_registry().get(backend.name).spec
         vendor_package = spec.vendor_package
         unsupported = {str(k): str(v) for k, v in spec.unsupported.items()}
+        evidence = spec.evidence.as_dict()
     except Exception:  # descriptive only
         vendor_package = None
     versions = {str(k): str(v) for k, v in dict(backend.versions).items()}
@@ -148,7 +164,10 @@ def backend_env(backend: Any) -> dict[str, Any]:
         "vendor_package": vendor_package,
         "vendor_version": vendor_version,
         "why": backend.why,
-        "simulated": not getattr(backend, "verified_on_hardware", True),
+        # "fake" results come from a simulated vendor module (a stand-in whose source names a fake); the real
+        # vendor runtime on a stand-in device (torch_xla on PJRT CPU) gives real results for that device
+        "simulated": (evidence or {}).get("level") == "stand-in" and "fake" in (evidence or {}).get("source", ""),
+        "evidence": evidence,
         "memory_bytes": _host_memory() if backend.device_type == "cpu" else None,
         "unsupported": unsupported,
     }
@@ -182,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         env["torch"] = torch.__version__
-        import anydevice as ad
+        import anydevice as ad  # the public API, as a user's script sees it: what the probes test
     except BaseException as exc:
         channel.send("env", env=env)
         channel.send("setup_error", verdict="fail", exception_type=type(exc).__name__, message=f"{type(exc).__name__}: {exc}")
@@ -222,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             simulated=simulated,
             fallbacks=fallbacks,
             on_stage=lambda stage: channel.send("stage", stage=stage.value),
+            target=request.get("target"),
         )
         channel.send("result", result=result.model_dump(mode="json"))
         if name == SANITY_NAME and result.status not in (Status.PASS, Status.FALLBACK, Status.FAKE):

@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from anydevice.plugin import ALL_DTYPES, FP8, CheckFacts, Detection, DeviceSpec, GiB, Hardware, Serving, Setting, Shims, hookimpl
+from anydevice.plugin import (
+    ALL_DTYPES,
+    FP8,
+    CheckFacts,
+    Chip,
+    Detection,
+    DeviceSpec,
+    Evidence,
+    GiB,
+    Hardware,
+    ModelServer,
+    Serving,
+    Setting,
+    Shims,
+    hookimpl,
+)
 from anydevice.plugin import detection as d
 
 if TYPE_CHECKING:
@@ -17,14 +32,16 @@ if TYPE_CHECKING:
 NAME = "cuda"
 NODE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd")
 """Device nodes of NVIDIA GPUs and of AMD's ROCm driver."""
+DIST_BACKEND = "nccl"
+"""The process-group backend (RCCL under the same name on ROCm), declared once: the collectives table and CHECK_FACTS read it."""
 CHECK_FACTS = CheckFacts(
     dtypes=ALL_DTYPES | FP8,  # fp8 matmuls need Hopper (H100) or later; the types exist on every CUDA build
     memory_per_chip={"A100": 80 * GiB, "H100": 80 * GiB, "H200": 141 * 10**9, "B200": 180 * 10**9, "MI300X": 192 * GiB},
     fallback="never",  # an op without a CUDA kernel raises; nothing runs on the CPU silently
     compile_backends=("inductor",),
     runs_cuda_calls=True,
-    dist_backend="nccl",
-    lacking_reduce_ops=frozenset(),  # as its collectives shim declares (NCCL has every ReduceOp)
+    dist_backend=DIST_BACKEND,
+    lacking_reduce_ops=frozenset(),  # NCCL has every ReduceOp; checked against the collectives shim at load
     sources=("NVIDIA and AMD datasheets (memory per GPU)",),
 )
 """What ``anydevice check`` reads for CUDA GPUs (eager, dynamic shapes; every torch op has a CUDA kernel)."""
@@ -140,8 +157,9 @@ def _versions() -> dict[str, str]:
     out = {"cuda": str(torch.version.cuda)} if torch.version.cuda else {}
     if torch.version.hip:
         out["hip"] = str(torch.version.hip)
-    if torch.backends.cudnn.is_available():  # type: ignore[no-untyped-call]
-        out["cudnn"] = str(torch.backends.cudnn.version())  # type: ignore[no-untyped-call]
+    cudnn: Any = torch.backends.cudnn  # its functions are untyped in torch's stubs
+    if cudnn.is_available():
+        out["cudnn"] = str(cudnn.version())
     return out
 
 
@@ -153,7 +171,7 @@ def load() -> Shims:
             "cuda",
             placement=PlacementTable(autocast_dtype=_autocast_dtype),
             compile=CompileTable(inductor=True),
-            collectives=CollectivesTable(backend="nccl"),  # RCCL under the same name on ROCm
+            collectives=CollectivesTable(backend=DIST_BACKEND),
             # kineto's CUDA activity records HIP kernels on ROCm too
             profiling=ProfilingTable(activities=("CUDA",), chip=chip, peak_tflops=PEAK_BF16_TFLOPS),
             versions=_versions,
@@ -166,10 +184,26 @@ SERVING = {
         platforms=("cuda", "rocm"),
         hint="pip install vllm (the CUDA build; on ROCm, AMD's vLLM build)",
         visible_devices="CUDA_VISIBLE_DEVICES",  # ANYDEVICE=cuda:1: vLLM drives GPU 1 alone
+        model_server=ModelServer(
+            image="docker.io/vllm/vllm-openai:v0.26.0",
+            resource="nvidia.com/gpu",
+            connector={"kv_connector": "NixlConnector"},
+            env={"VLLM_NIXL_SIDE_CHANNEL_HOST": "$(POD_IP)"},
+            args=("--block-size=128",),
+            labels={"llm-d.ai/accelerator-vendor": "nvidia"},
+            chips={name: Chip(label=name) for name in ("h200", "h100", "b200", "a100", "l40s", "l4")},
+            source="llm-d v0.9.0 guides/pd-disaggregation/modelserver/gpu/vllm (image: its component images/gpu-vllm, "
+            "vllm-openai, at the release's vLLM v0.26.0; the vendor and variant labels are declared here, the GPU overlay "
+            "sets none)",
+        ),
     ),
     "sglang": Serving(platforms=("cuda", "rocm"), hint="pip install sglang (on ROCm, AMD's SGLang build)"),
 }
 """What serving engines run here (anydevice.integrations): their built-in CUDA platform, else ROCm."""
+
+
+EVIDENCE = Evidence.declared("torch's CUDA backend and NVIDIA/AMD datasheets; never run on a GPU in this project", "2026-12-03")
+"""What stands behind this plugin (``anydevice list``, ``ad.capabilities()``, the matrix)."""
 
 
 @hookimpl
@@ -186,6 +220,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             hardware=Hardware(pjrt_names=("CUDA", "GPU"), scan=gpu_nodes, ray_resource="GPU"),
             serving=SERVING,
             check=CHECK_FACTS,
+            evidence=EVIDENCE,
         )
     )
 

@@ -6,13 +6,16 @@ import platform
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anydevice.plugin import ALL_DTYPES, CheckFacts, Detection, DeviceSpec, Launch, Serving, Shims, hookimpl
+from anydevice.plugin import ALL_DTYPES, CheckFacts, Detection, DeviceSpec, Evidence, Launch, Serving, Shims, hookimpl
 
+DIST_BACKEND = "gloo"
+"""The process-group backend (MPS has none of its own), declared once: the collectives table and CHECK_FACTS read it."""
 CHECK_FACTS = CheckFacts(
     dtypes=ALL_DTYPES - {"float64", "complex128"},  # MPS has no float64
     fallback="warnings",  # with PYTORCH_ENABLE_MPS_FALLBACK=1 torch warns for each op it runs on the CPU
     fallback_warning=r"fall back to run on the CPU",
     compile_backends=("inductor",),
+    dist_backend=DIST_BACKEND,
     sources=("torch's MPS backend",),
 )
 """What ``anydevice check`` and strict mode read for Apple GPUs."""
@@ -63,7 +66,7 @@ def load() -> Shims:
             "mps",
             placement=PlacementTable(autocast_dtype=_autocast_dtype, memory_stats=_memory),
             compile=CompileTable(inductor=True),
-            collectives=CollectivesTable(backend="gloo", fsdp=False),
+            collectives=CollectivesTable(backend=DIST_BACKEND, fsdp=False),
             profiling=ProfilingTable(activities=("MPS",)),  # skipped where this torch's profiler lacks it
         )
     )
@@ -74,6 +77,10 @@ SERVING = {
     "sglang": Serving(platforms=("mps",), hint="pip install sglang (its MPS platform is built in)"),
 }
 """What serving engines run here (anydevice.integrations): the vllm-metal plugin, SGLang's MPS platform."""
+
+
+EVIDENCE = Evidence.declared("torch's MPS backend docs; never run on Apple silicon in this project", "2026-12-03")
+"""What stands behind this plugin (``anydevice list``, ``ad.capabilities()``, the matrix)."""
 
 
 @hookimpl
@@ -90,5 +97,6 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             unsupported={"fsdp_step": "FSDP2 is not offered on mps (the eager table sets fsdp=False); use wrap(model, 'ddp')."},
             serving=SERVING,
             check=CHECK_FACTS,
+            evidence=EVIDENCE,
         )
     )

@@ -20,11 +20,14 @@ from anydevice.plugin import (
     FP8,
     NO_DOUBLE,
     CheckFacts,
+    Chip,
     Detection,
     DeviceSpec,
+    Evidence,
     GiB,
     Hardware,
     Launch,
+    ModelServer,
     Serving,
     Setting,
     Shims,
@@ -73,7 +76,7 @@ CHECK_FACTS = CheckFacts(
         "APIs and operators' table marks the CPU_FALLBACK ones; on Trainium, a torch.profiler trace with "
         "activities=[CPU, PrivateUse1] shows which ops ran on the CPU.",
     ),
-    compile_backends=("neuron",),
+    compile_backends=("neuron", "openxla"),  # TorchNeuron's backend; the XLA-based releases (torch <= 2.9) compile with openxla
     sources=("AWS Neuron docs (HBM per chip; torch.compile reference 2026-10-14)",),
 )
 """What ``anydevice check`` reads for Trainium (the TorchNeuron op table is not shipped: ops are not verified)."""
@@ -167,6 +170,14 @@ def classify(
 def pair_rule(version: str | None) -> versions.PairRule:
     """Native TorchNeuron declares its torch range; the XLA-based releases are in lockstep with torch."""
     return "requires_dist" if version is not None and is_native(version) else "lockstep"
+
+
+PAIRED_PACKAGES: dict[str, versions.PairRule | Callable[[str], versions.PairRule]] = {
+    DISTRIBUTION: pair_rule,
+    "torch_xla": "lockstep",
+}
+"""Distributions whose version must pair with torch's (``DeviceSpec.paired_packages``); the XLA-based path's
+lockstep packages (``XlaVendor.lockstep``) are read from it."""
 
 
 def _pair(version: str | None) -> versions.PairCheck | None:
@@ -264,7 +275,7 @@ def xla_vendor() -> XlaVendor:
         chip=chip,
         peak_tflops=PEAK_BF16_TFLOPS,
         persistent_cache=False,  # neuronx-cc keeps its own NEFF cache (NEURON_CC_FLAGS --cache_dir)
-        lockstep=("torch_xla", DISTRIBUTION),
+        lockstep=tuple(PAIRED_PACKAGES),  # declared once: on this path pair_rule makes every paired package lockstep
         versions=_versions,
         spmd_refusal="The XLA-based torch-neuronx (torch <= 2.9) shards models with NeuronX Distributed "
         "(neuronx_distributed.parallel_layers); use it, or TorchNeuron (torch-neuronx for torch >= 2.10), where "
@@ -278,10 +289,30 @@ def load() -> Shims:
 
 
 SERVING = {
-    "vllm": Serving(plugins=("neuron", "optimum_neuron"), hint="pip install vllm-neuron (AWS Neuron's vLLM platform plugin)"),
+    "vllm": Serving(
+        plugins=("neuron", "optimum_neuron"),
+        hint="pip install vllm-neuron (AWS Neuron's vLLM platform plugin)",
+        model_server=ModelServer(
+            image=None,  # llm-d publishes no Neuron image
+            resource="aws.amazon.com/neuron",
+            connector={"kv_connector": "NixlConnector", "kv_buffer_device": "cpu"},
+            host_staged=True,
+            env={"VLLM_NIXL_SIDE_CHANNEL_HOST": "$(POD_IP)"},
+            labels={"llm-d.ai/accelerator-vendor": "aws"},
+            chips={"trn1": Chip(devices_per_chip=2, label="trn1"), "trn2": Chip(devices_per_chip=4, label="trn2")},
+            source="declared: Trainium is not in llm-d's accelerator list; NixlConnector host-staged (kv_buffer_device: cpu) "
+            "as vLLM PR #28356 runs it; trn2 counts 4 logical NeuronCores per chip (the default LNC=2)",
+        ),
+    ),
     "sglang": Serving(hint="SGLang has no Neuron platform"),
 }
 """What serving engines run here (anydevice.integrations): AWS's vLLM platform plugin."""
+
+
+EVIDENCE = Evidence.stand_in(
+    "the torch-neuronx fake (tests/support/fake_torch_neuronx; compat_matrix/results/neuron-fake.json)", "2026-12-02"
+)
+"""What stands behind this plugin (``anydevice list``, ``ad.capabilities()``, the matrix)."""
 
 
 @hookimpl
@@ -296,14 +327,14 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             priority=85,
             vendor_package=DISTRIBUTION,
             autoload_module="torch_neuronx",
-            verified_on_hardware=False,
             vendor_modules=("torch_neuronx", "torch_xla"),
-            paired_packages={DISTRIBUTION: pair_rule, "torch_xla": "lockstep"},
+            paired_packages=PAIRED_PACKAGES,
             settings=NEURON_SETTINGS,
-            hardware=Hardware(pjrt_names=("NEURON",), scan=neuron_devices, ray_resource="neuron_cores"),
+            hardware=Hardware(pjrt_names=("NEURON",), scan=neuron_devices, ray_resource="neuron_cores", exclusive=True),
             launch=LAUNCH,
             serving=SERVING,
             check=CHECK_FACTS,
+            evidence=EVIDENCE,
         )
     )
 

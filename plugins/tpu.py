@@ -20,11 +20,14 @@ from anydevice.plugin import (
     FP8,
     NO_DOUBLE,
     CheckFacts,
+    Chip,
     Detection,
     DeviceSpec,
+    Evidence,
     GiB,
     Hardware,
     Launch,
+    ModelServer,
     Serving,
     Shims,
     XlaVendor,
@@ -49,7 +52,10 @@ XPROF = "TensorBoard with the profile plugin, or XProf (open the run directory's
 PAIRED_PACKAGES: dict[str, versions.PairRule] = {"torch_tpu": "requires_dist", "torch_xla": "lockstep"}
 SLICE_SIZES = {"v4": (1, 2, 4, 8), "v5e": (1, 4, 8), "v6e": (1, 4, 8), "v7": (2, 4, 8)}
 """Processes per host that form a whole slice, per generation (torch_tpu 0.2's hardware tables); a
-sub-slice world never completes PJRT's start-session barrier."""
+sub-slice world never completes PJRT's start-session barrier. Declared once: ``Hardware.process_counts``
+and ``CheckFacts.world_sizes`` (keyed by chip name, ``TPU v4``) are both read from it."""
+COMPILE_BACKENDS = ("tpu", "openxla")
+"""``torch.compile`` backends: TorchTPU's own, then torch_xla's (the fallback stack); TorchTPU's shim uses the first."""
 COMPILE_CACHES = {"TORCH_TPU_TIER2_COMPILATION_CACHE": "tier2", "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": "tier3"}
 """torch_tpu 0.2's persistent compile caches (variable -> directory under ANYDEVICE_CACHE_DIR/tpu)."""
 CHECK_FACTS = CheckFacts(
@@ -58,10 +64,11 @@ CHECK_FACTS = CheckFacts(
     # HBM per chip (Google Cloud TPU docs, per generation)
     memory_per_chip={"TPU v4": 32 * GiB, "TPU v5e": 16 * GiB, "TPU v5p": 95 * GiB, "TPU v6e": 32 * GiB, "TPU v7": 192 * GiB},
     # torch_tpu/_internal/utils/hardware.py lists whole slices only; any other count never passes its start barrier
-    world_sizes={"TPU v4": (1, 2, 4, 8), "TPU v5e": (1, 4, 8), "TPU v6e": (1, 4, 8), "TPU v7": (2, 4, 8)},
+    world_sizes={f"TPU {generation}": sizes for generation, sizes in SLICE_SIZES.items()},
+    slice_compiler="anydevice.plugin:tpu_aot",  # --target tpu:v5e-8: libtpu's compiler on this host (the tpu-check extra)
     fallback="warnings",
     fallback_warning=r"<TorchTpu/Performance/",  # torch_tpu/_internal/warnings.py prefixes its fallback warnings
-    compile_backends=("tpu", "openxla"),
+    compile_backends=COMPILE_BACKENDS,
     sources=("Google Cloud TPU docs (HBM per chip)", "torch_tpu 0.2.0 hardware tables (whole slices)"),
 )
 """What ``anydevice check`` and ``ad.capabilities()`` read for TPUs (no TPU op table is shipped: ops are not verified)."""
@@ -151,21 +158,27 @@ def _chip() -> str | None:
 
 
 def _profiler_config(directory: Path) -> Any:
-    import torch
-
     from anydevice.plugin import rank
 
-    config = torch.tpu.profiler.TpuProfilerConfig  # type: ignore[attr-defined]
+    config = _torch_tpu_module().profiler.TpuProfilerConfig
     return config(run_dir=str(directory), worker_rank=str(rank()))
+
+
+def _torch_tpu_module() -> Any:
+    """``torch.tpu``, which TorchTPU registers (torch's stubs do not know it)."""
+    from anydevice.plugin import torch_device_module
+
+    module = torch_device_module("tpu")
+    if module is None:
+        raise DeviceUnavailableError("tpu", "TorchTPU registered no torch.tpu module", NO_CHIP_FIX, problem="no_hardware")
+    return module
 
 
 @functools.cache
 def _tpu_launch_env(local_world_size: int) -> dict[str, str]:
     """What ``set_tpu_launch_env`` adds to the parent's environment (it never overwrites; called once)."""
-    import torch
-
     before = dict(os.environ)
-    torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=local_world_size)  # type: ignore[attr-defined]
+    _torch_tpu_module().distributed.set_tpu_launch_env(nproc_per_node=local_world_size)
     return {k: v for k, v in os.environ.items() if before.get(k) != v}
 
 
@@ -200,7 +213,7 @@ def _load_native() -> Shims:
         EagerVendor(
             "tpu",
             # torch_tpu rejects inductor on TPU inputs; its own persistent caches (COMPILE_CACHES) are set by prepare_environment
-            compile=CompileTable(backend="tpu"),
+            compile=CompileTable(backend=COMPILE_BACKENDS[0]),
             collectives=CollectivesTable(backend="tpu"),
             profiling=ProfilingTable(config=_profiler_config, viewer=XPROF, chip=_chip, peak_tflops=PEAK_BF16_TFLOPS),
             versions=_versions,
@@ -210,7 +223,10 @@ def _load_native() -> Shims:
 
 def xla_vendor() -> XlaVendor:
     """The torch_xla fallback's table for the shared lazy-XLA shims."""
-    return XlaVendor(name="tpu", pjrt_device="TPU", chip=_chip, peak_tflops=PEAK_BF16_TFLOPS, versions=_versions)
+    lockstep = tuple(p for p, rule in PAIRED_PACKAGES.items() if rule == "lockstep")  # declared once, in PAIRED_PACKAGES
+    return XlaVendor(
+        name="tpu", pjrt_device="TPU", chip=_chip, peak_tflops=PEAK_BF16_TFLOPS, lockstep=lockstep, versions=_versions
+    )
 
 
 def load() -> Shims:
@@ -221,6 +237,26 @@ def libtpu_present() -> str | None:
     """Why a serving environment can drive the TPU without TorchTPU or torch_xla: libtpu installed (vLLM's TPU stacks)."""
     version = d.version_of("libtpu")
     return f"libtpu {version} is installed (a TPU serving environment)" if version else None
+
+
+MODEL_SERVER = ModelServer(
+    image="docker.io/vllm/vllm-tpu:v0.18.0",
+    resource="google.com/tpu",
+    connector={
+        "kv_connector": "TPUConnector",
+        "kv_connector_module_path": "tpu_inference.distributed.tpu_connector",
+        "kv_ip": "$(POD_IP)",
+    },
+    kv_role="kv_both",
+    env={"TPU_SIDE_CHANNEL_PORT": "9600", "TPU_KV_TRANSFER_PORT": "9100"},
+    labels={"llm-d.ai/accelerator-vendor": "google"},
+    chips={
+        "v6e": Chip(label="tpu-v6e"),
+        "v7x": Chip(devices_per_chip=2, counts="devices", label="tpu-v7x"),  # "2 cores per chip": 4 chips -> TP 8
+    },
+    source="llm-d v0.9.0 guides/pd-disaggregation/modelserver/tpu (v6 overlay and tpu/base; v7x: 4 chips -> TP 8)",
+)
+"""llm-d's TPU model server (tpu-inference on JAX, vLLM's built-in TPU platform), as its P/D guide's overlay writes it."""
 
 
 def serving(torch_tpu: bool | None = None) -> dict[str, Serving]:
@@ -241,12 +277,19 @@ def serving(torch_tpu: bool | None = None) -> dict[str, Serving]:
             builds=("vllm-tpu",),
             available=libtpu_present,
             visible_devices="TPU_VISIBLE_CHIPS",
+            model_server=MODEL_SERVER,
         ),
         "sglang": Serving(
             hint="SGLang's TPU routes are separate projects (sglang-jax; SGLang-TorchTPU) with their own servers; "
             "SGLang itself has no TPU platform"
         ),
     }
+
+
+EVIDENCE = Evidence.declared(
+    "torch_tpu 0.2.0 sources and Google Cloud TPU docs; never run on a TPU in this project", "2026-12-03"
+)
+"""What stands behind this plugin (``anydevice list``, ``ad.capabilities()``, the matrix)."""
 
 
 @hookimpl
@@ -263,9 +306,12 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             vendor_modules=("torch_tpu", "torch_xla"),
             paired_packages=PAIRED_PACKAGES,
             settings=(lazy_xla.PJRT_DEVICE,),  # the torch_xla fallback's runtime
-            hardware=Hardware(pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU", process_counts=slice_sizes),
+            hardware=Hardware(
+                pjrt_names=("TPU",), scan=tpu_chips, ray_resource="TPU", process_counts=slice_sizes, exclusive=True
+            ),
             launch=Launch(launcher=_launcher, env=_launch_env),
             serving=serving(),
             check=CHECK_FACTS,
+            evidence=EVIDENCE,
         )
     )

@@ -17,6 +17,7 @@ from anydevice.plugin import (
     CheckFacts,
     Detection,
     DeviceSpec,
+    Evidence,
     Hardware,
     Launch,
     OpTable,
@@ -46,13 +47,14 @@ CHECK_FACTS = CheckFacts(
         source="torch_xla's XLA kernels and a lowering probe on PJRT CPU",
         dispatch_key="XLA",
         module="torch_xla",
-        probe="anydevice.shims.lazy_xla:fallback_probe",
+        probe="anydevice.plugin:lazy_xla.fallback_probe",  # through the door, as every plugin import
     ),
     fallback="counters",  # torch_xla counts each op it ran on the CPU (torch_xla.debug.metrics)
     compile_backends=("openxla",),
     dist_backend="xla",
     lacking_reduce_ops=lazy_xla.LACKING_REDUCE_OPS,
     sources=("torch_xla 2.9 on PJRT CPU (ran)",),
+    refused_calls=lazy_xla.REFUSED_CALLS,
 )
 """What ``anydevice check`` reads for xla: ops are judged by the XLA kernels torch_xla registers, when it is importable."""
 
@@ -181,6 +183,10 @@ SERVING = {
 """Serving engines have no PJRT platform (anydevice.integrations says so when ANYDEVICE selects xla)."""
 
 
+EVIDENCE = Evidence.stand_in("torch_xla 2.9 on PJRT CPU (compat_matrix/results/xla-pjrt-cpu.json)", "2026-12-02")
+"""What stands behind this plugin (``anydevice list``, ``ad.capabilities()``, the matrix)."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry: Devices) -> None:
     register(
@@ -199,6 +205,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None], registry:
             launch=Launch(env=_launch_env),  # refuses several processes on PJRT CPU
             serving=SERVING,
             check=CHECK_FACTS,
+            evidence=EVIDENCE,
         )
     )
 

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from anydevice.plugin import ALL_DTYPES, CheckFacts, Detection, DeviceSpec, Serving, Shims, hookimpl
+from anydevice.plugin import ALL_DTYPES, CheckFacts, Detection, DeviceSpec, Evidence, Serving, Shims, hookimpl
 from anydevice.plugin import detection as d
 
-CHECK_FACTS = CheckFacts(dtypes=ALL_DTYPES, fallback="never", compile_backends=("inductor",), sources=("torch's XPU backend",))
+DIST_BACKEND = "xccl"
+"""The process-group backend, declared once: the collectives table and CHECK_FACTS read it."""
+CHECK_FACTS = CheckFacts(
+    dtypes=ALL_DTYPES,
+    fallback="never",
+    compile_backends=("inductor",),
+    dist_backend=DIST_BACKEND,
+    sources=("torch's XPU backend",),
+)
 """What ``anydevice check`` reads for Intel GPUs (eager; an op without a kernel raises)."""
 
 INTEL_PCI_VENDOR = "0x8086"
@@ -62,7 +70,7 @@ def load() -> Shims:
         EagerVendor(
             "xpu",
             compile=CompileTable(inductor=True),
-            collectives=CollectivesTable(backend="xccl"),
+            collectives=CollectivesTable(backend=DIST_BACKEND),
             profiling=ProfilingTable(activities=("XPU",), chip=chip),  # no peak table: no verified dense bf16 figure per SKU
         )
     )
@@ -75,8 +83,21 @@ SERVING = {
 """What serving engines run here (anydevice.integrations): their built-in XPU platforms."""
 
 
+EVIDENCE = Evidence.declared("torch's XPU backend docs; never run on an Intel GPU in this project", "2026-12-03")
+"""What stands behind this plugin (``anydevice list``, ``ad.capabilities()``, the matrix)."""
+
+
 @hookimpl
 def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
     register(
-        DeviceSpec(name="xpu", aliases=("intel",), detect=detect, load=load, priority=70, serving=SERVING, check=CHECK_FACTS)
+        DeviceSpec(
+            name="xpu",
+            aliases=("intel",),
+            detect=detect,
+            load=load,
+            priority=70,
+            serving=SERVING,
+            check=CHECK_FACTS,
+            evidence=EVIDENCE,
+        )
     )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -22,15 +22,15 @@ def tree_map_tensors(
     Modules, at the top or nested, go to ``module_fn`` when given; other leaves are kept as they are.
     """
     if isinstance(obj, torch.Tensor):
-        return fn(obj)  # type: ignore[return-value]
+        return cast(T, fn(obj))
     if isinstance(obj, torch.nn.Module):
-        return module_fn(obj) if module_fn is not None else obj  # type: ignore[return-value]
+        return cast(T, module_fn(obj)) if module_fn is not None else obj
     if isinstance(obj, dict):
-        return type(obj)((k, tree_map_tensors(v, fn, module_fn)) for k, v in obj.items())  # type: ignore[call-arg]
+        return cast(T, type(obj)((k, tree_map_tensors(v, fn, module_fn)) for k, v in obj.items()))
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return type(obj)(*(tree_map_tensors(v, fn, module_fn) for v in obj))
     if isinstance(obj, (list, tuple)):
-        return type(obj)(tree_map_tensors(v, fn, module_fn) for v in obj)  # type: ignore[call-arg]
+        return cast(T, type(obj)(tree_map_tensors(v, fn, module_fn) for v in obj))
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changes = {f.name: tree_map_tensors(getattr(obj, f.name), fn, module_fn) for f in dataclasses.fields(obj) if f.init}
         return dataclasses.replace(obj, **changes)
@@ -38,8 +38,15 @@ def tree_map_tensors(
 
 
 def move(obj: T, device: torch.device, non_blocking: bool = False) -> T:
-    """Move tensors, modules (in place, like ``module.to``) and nested containers of them to ``device``."""
-    return tree_map_tensors(obj, lambda t: t.to(device, non_blocking=non_blocking), lambda m: m.to(device))
+    """Move tensors, modules (in place, like ``module.to``) and nested containers of them to ``device``.
+
+    A module keeps its Parameter objects, so tied weights stay tied (:func:`anydevice.shims.tied.move_module`).
+    """
+    from anydevice.shims.tied import move_module
+
+    return tree_map_tensors(
+        obj, lambda t: t.to(device, non_blocking=non_blocking), lambda m: move_module(m, device, non_blocking)
+    )
 
 
 def to_cpu(obj: T) -> T:
@@ -56,7 +63,7 @@ class Prefetcher(Iterable[T]):
         self.non_blocking = non_blocking
 
     def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
+        return len(cast(Sized, self.loader))  # a loader without a length raises TypeError, as len() does
 
     def __iter__(self) -> Iterator[T]:
         iterator = iter(self.loader)

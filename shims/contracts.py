@@ -202,7 +202,7 @@ class Compilation:
 
         own = options.get("backend", self.backend) == self.backend  # another backend: only torch.compile's keywords
         compile_options.check(self.device_type, options, self.understood if own else compile_options.TORCH_COMPILE)
-        compiled: T = torch.compile(model, **{"backend": self.backend, **options})  # type: ignore[call-overload]
+        compiled: T = torch.compile(model, **{"backend": self.backend, **options})  # type: ignore[call-overload]  # no overload takes **options
         return compiled
 
     def cache_dir(self) -> Path | None:

@@ -50,7 +50,6 @@ class PlacementTable:
     autocast_dtype: Callable[[], torch.dtype] = lambda: torch.bfloat16
     memory_stats: Callable[[int], Mapping[str, int]] | None = None
     """Allocator counters for a device index; None: ``torch.accelerator``'s where it drives the device."""
-    no_memory_stats_reason: str = "this device's runtime reports no allocator statistics"
     device_module_first: bool = False
     """Use ``torch.<device_type>`` (count, set_device, synchronize) even where ``torch.accelerator`` matches."""
 
@@ -110,8 +109,8 @@ class ProfilingTable:
 
 
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
-_FLAT: dict[str, tuple[str, str]] = {
-    # the 0.3 flat keyword -> (section, field); accepted for one release with a DeprecationWarning
+REMOVED_FLAT_KEYWORDS: dict[str, tuple[str, str]] = {
+    # 0.3's flat keyword -> (section, field): removed in 0.5 (deprecated in 0.4); passing one is a TypeError naming both
     "compile_backend": ("compile", "backend"),
     "dist_backend": ("collectives", "backend"),
     "autocast_dtype": ("placement", "autocast_dtype"),
@@ -124,8 +123,6 @@ _FLAT: dict[str, tuple[str, str]] = {
     "compile_defaults": ("compile", "defaults"),
     "compile_options": ("compile", "options"),
     "memory_stats": ("placement", "memory_stats"),
-    "no_memory_stats_reason": ("placement", "no_memory_stats_reason"),
-    "versions": ("", "versions"),
     "profiler_viewer": ("profiling", "viewer"),
     "device_module_first": ("placement", "device_module_first"),
     "host": ("placement", "host"),
@@ -134,78 +131,47 @@ _FLAT: dict[str, tuple[str, str]] = {
 _SECTIONS = {"placement": PlacementTable, "compile": CompileTable, "collectives": CollectivesTable, "profiling": ProfilingTable}
 
 
-@dataclass(frozen=True, init=False)
+def _no_versions() -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
 class EagerVendor:
     """What differs between eager devices: the device type and one table per shim.
 
     ``EagerVendor("mychip", compile=CompileTable(backend="mychip"), profiling=ProfilingTable(activities=("PrivateUse1",)))``.
-    The flat keywords of 0.3 (``compile_backend=``, ``host=``, ...) are still accepted for one release, with a
-    DeprecationWarning naming the section each moved to.
     """
 
     device_type: str
-    placement: PlacementTable
-    compile: CompileTable
-    collectives: CollectivesTable
-    profiling: ProfilingTable
-    versions: Callable[[], dict[str, str]]
+    placement: PlacementTable = field(default_factory=PlacementTable)
+    compile: CompileTable = field(default_factory=CompileTable)
+    collectives: CollectivesTable = field(default_factory=CollectivesTable)
+    profiling: ProfilingTable = field(default_factory=ProfilingTable)
+    versions: Callable[[], dict[str, str]] = _no_versions
     """More versions to report beside torch's (the vendor package's)."""
 
-    def __init__(
-        self,
-        device_type: str,
-        *flat_args: Any,
-        placement: PlacementTable | None = None,
-        compile: CompileTable | None = None,  # noqa: A002 - the section's name
-        collectives: CollectivesTable | None = None,
-        profiling: ProfilingTable | None = None,
-        versions: Callable[[], dict[str, str]] = lambda: {},
-        **flat: Any,
-    ) -> None:
-        sections: dict[str, Any] = {
-            "placement": placement,
-            "compile": compile,
-            "collectives": collectives,
-            "profiling": profiling,
-        }
-        flat = {**dict(zip(_FLAT, flat_args)), **flat}
-        moved = sorted(set(flat) & {"launcher", "launch_env"})
-        if moved:
-            raise TypeError(f"EagerVendor({', '.join(moved)}=...) moved to DeviceSpec(launch=Launch(launcher=..., env=...))")
-        unknown = sorted(set(flat) - set(_FLAT))
-        if unknown or len(flat_args) > len(_FLAT):
-            raise TypeError(f"EagerVendor() got unknown keywords {unknown}; its sections are {', '.join(_SECTIONS)}")
-        if flat:
-            versions = flat.pop("versions", versions)
-            sections = _from_flat(flat, sections)
-        object.__setattr__(self, "device_type", device_type)
-        for name, table in _SECTIONS.items():
-            object.__setattr__(self, name, sections[name] if sections[name] is not None else table())
-        object.__setattr__(self, "versions", versions)
+
+def _refuse_removed_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    def checked_init(self: EagerVendor, *args: Any, **kwargs: Any) -> None:
+        if len(args) > 1 and not all(
+            isinstance(a, (PlacementTable, CompileTable, CollectivesTable, ProfilingTable)) for a in args[1:5]
+        ):
+            raise TypeError("EagerVendor takes the device type, then its sections by keyword: " + ", ".join(_SECTIONS))
+        for key in kwargs:
+            if key in REMOVED_FLAT_KEYWORDS:
+                section, name = REMOVED_FLAT_KEYWORDS[key]
+                raise TypeError(
+                    f"EagerVendor({key}=...) was removed in anydevice 0.5: write "
+                    f"{section}={_SECTIONS[section].__name__}({name}=...) (see CHANGELOG.md)"
+                )
+            if key in ("launcher", "launch_env"):
+                raise TypeError(f"EagerVendor({key}=...) moved to DeviceSpec(launch=Launch(launcher=..., env=...))")
+        init(self, *args, **kwargs)
+
+    return checked_init
 
 
-def _from_flat(flat: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
-    """The sections built from 0.3's flat keywords (each named in one DeprecationWarning)."""
-    import dataclasses
-    import warnings
-
-    compile_given = sections["compile"]
-    moved = ", ".join(f"{k} -> {_FLAT[k][0]}={_SECTIONS[_FLAT[k][0]].__name__}({_FLAT[k][1]}=...)" for k in flat)
-    warnings.warn(f"EagerVendor's flat keywords are deprecated and go in 0.5: {moved}", DeprecationWarning, stacklevel=3)
-    if compile_given is None:
-        flat.setdefault("compile_backend", "inductor")  # 0.3's default backend
-    per_section: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
-    for key, value in flat.items():
-        section, name = _FLAT[key]
-        per_section[section][name] = value
-    if per_section["compile"].get("backend") == "inductor":
-        per_section["compile"]["inductor"] = True
-    out = dict(sections)
-    for name, values in per_section.items():
-        if values:
-            base = sections[name] if sections[name] is not None else _SECTIONS[name]()
-            out[name] = dataclasses.replace(base, **values)
-    return out
+setattr(EagerVendor, "__init__", _refuse_removed_keywords(EagerVendor.__init__))  # noqa: B010  mypy keeps the dataclass's signature
 
 
 class EagerPlacement(Placement, Diagnostics, CudaShaped):
@@ -247,7 +213,8 @@ class EagerPlacement(Placement, Diagnostics, CudaShaped):
             return MemoryStats(self.table.memory_stats(self.device().index or 0))
         if accelerator_matches(self.device_type) and not self.table.device_module_first:
             return super().memory_stats()
-        return MemoryStats(reason=f"{self.device_type}: {self.table.no_memory_stats_reason}")
+        why = "torch's CPU allocator keeps no statistics" if self.host else "this device's runtime reports no allocator stats"
+        return MemoryStats(reason=f"{self.device_type}: {why}")
 
     def data_loader(self, loader: Iterable[T]) -> Iterable[T]:
         return Prefetcher(loader, self.device(), non_blocking=not self.host)

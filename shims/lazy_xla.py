@@ -45,7 +45,7 @@ from anydevice.shims.contracts import (
     Placement,
     Shims,
 )
-from anydevice.shims.recompiles import RecompileWatch
+from anydevice.shims.recompiles import RecompileWatch, stop_noting_inputs
 
 if TYPE_CHECKING:
     import torch
@@ -76,6 +76,19 @@ def torch_xla_ended(torch_version: str | None) -> bool:
 """PJRT runtimes torch_xla 2.9 can select with ``PJRT_DEVICE``."""
 LACKING_REDUCE_OPS: Final = frozenset({"AVG"})
 """``ReduceOp`` names torch_xla's ``xla`` process group rejects (read by the shim and by ``anydevice check``)."""
+REFUSED_CALLS: Final = {
+    "torch.inference_mode": (
+        'torch_xla cannot run an XLA model under inference mode ("Cannot set version_counter for inference tensor"): '
+        "the script stops there, after its training steps",
+        "use torch.no_grad() there, or run with `anydevice run --cuda-compat` (inference mode runs as no_grad on xla)",
+    ),
+    "torch.Generator(device=)": (
+        'a torch.Generator on an XLA device is refused by torch ("XLA device type not an accelerator")',
+        "make the generator on the CPU (torch.Generator().manual_seed(s)), or run with `anydevice run --cuda-compat` "
+        "(a generator asked for on xla is a CPU one seeded the same)",
+    ),
+}
+"""Calls torch_xla refuses that unmodified scripts make after training (read by ``anydevice check`` from the source)."""
 OPENXLA_OPTIONS = frozenset({"backend", "fullgraph", "dynamic", "disable"})
 """``torch.compile`` keywords ``openxla`` understands: it takes no inductor ``mode``/``options``."""
 
@@ -199,7 +212,8 @@ class XlaPlacement(Placement, Diagnostics, CudaShaped, HostTransfer):
     def device(self, index: int | None = None) -> torch.device:
         import torch_xla
 
-        return torch_xla.device(index)  # type: ignore[no-any-return]
+        device: torch.device = torch_xla.device(index)  # torch_xla is untyped
+        return device
 
     def device_count(self) -> int:
         import torch_xla
@@ -258,13 +272,15 @@ class XlaPlacement(Placement, Diagnostics, CudaShaped, HostTransfer):
     def data_loader(self, loader: Iterable[T]) -> Iterable[T]:
         import torch_xla.distributed.parallel_loader as pl
 
-        return pl.MpDeviceLoader(loader, self.device())  # type: ignore[no-any-return]
+        wrapped: Iterable[T] = pl.MpDeviceLoader(loader, self.device())  # torch_xla is untyped
+        return wrapped
 
     def to_host(self, obj: T) -> T:
         """Every XLA tensor in ``obj`` synced in one graph and copied to the CPU in one batched transfer."""
         import torch_xla.core.xla_model as xm
 
-        return xm._maybe_convert_to_cpu(obj)  # type: ignore[no-any-return]  # what xm.save does before torch.save
+        on_host: T = xm._maybe_convert_to_cpu(obj)  # what xm.save does before torch.save (torch_xla is untyped)
+        return on_host
 
     def is_writer(self) -> bool:
         """Without a process group, only ordinal 0 of a multi-process XLA runtime writes."""
@@ -333,7 +349,8 @@ class XlaCompilation(Compilation):
         else:
             compile_options.check(self.vendor.name, options, compile_options.TORCH_COMPILE)
         kwargs = {"backend": self.backend, "dynamic": False, **options}
-        return torch.compile(model, **kwargs)  # type: ignore[call-overload, no-any-return]
+        stop_noting_inputs()  # the recompile watch's global module hooks: torch.compile(module) warns while they exist
+        return torch.compile(model, **kwargs)  # type: ignore[call-overload, no-any-return]  # no overload takes **kwargs
 
 
 class XlaCollectives(Collectives):

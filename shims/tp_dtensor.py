@@ -12,7 +12,9 @@ from typing import Any
 import torch
 
 from anydevice.errors import DistributedError
-from anydevice.shims.tp_plan import DP_AXIS, TP_AXIS, Lowering, Rule
+from anydevice.shims.tied import retie, tied_groups
+from anydevice.shims.tp_lowering import Lowering
+from anydevice.shims.tp_plan import DP_AXIS, TP_AXIS, Rule
 
 
 def _style(rule: Rule, module: torch.nn.Module) -> Any:
@@ -69,7 +71,9 @@ class DTensorParallel(Lowering):
         tp_mesh = mesh[TP_AXIS] if mesh.mesh_dim_names and TP_AXIS in mesh.mesh_dim_names else mesh
         modules = dict(model.named_modules())
         plan = {r.name: s for r in rules if (s := _style(r, modules[r.name])) is not None}
+        groups = tied_groups(model)
         parallelize_module(model, tp_mesh, plan)
+        retie(groups)  # parallelize_module gives each module its own DTensor; check() made their placements agree
         return model
 
     def fsdp_mesh(self, mesh: Any) -> Any:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -151,6 +150,13 @@ def expand(model: Any, plan: Mapping[str, str] | str) -> list[Rule]:
                 "Closest module names: " + (", ".join(close) if close else ", ".join(names[:5])) + ". '*' matches one name part.",
             )
         for name in hits:
+            earlier = rules.get(name)
+            if earlier is not None and earlier.style != style:
+                raise DistributedError(
+                    f"{name} is named by two plan entries with different styles: {earlier.glob!r} ({earlier.style}) and "
+                    f"{glob!r} ({style}).",
+                    f"Give each module one style: narrow {glob!r} or {earlier.glob!r} so that they do not both match {name}.",
+                )
             rules[name] = Rule(name=name, style=style, glob=glob)
     return list(rules.values())
 
@@ -214,35 +220,3 @@ def degrees(spec: Mapping[str, int], world: int) -> dict[str, int]:
             "Make one degree -1 to take what is left, or change the degrees.",
         )
     return out
-
-
-class Lowering(ABC):
-    """What every tensor-parallel lowering shares: the plan's checks. Subclasses add the device's
-    meshes, splits and batches (``Collectives.tensor_parallelism`` returns one)."""
-
-    kind = ""
-
-    @abstractmethod
-    def world(self) -> int:
-        """What a mesh spans: ranks, or the host's devices."""
-
-    def resolve(self, spec: Mapping[str, int]) -> dict[str, int]:
-        """Named degrees with ``-1`` resolved against :meth:`world`."""
-        return degrees(spec, self.world())
-
-    def default_degrees(self) -> dict[str, int]:
-        """The mesh ``parallelize`` makes when given none: every rank (device) on ``tp``."""
-        return self.resolve({TP_AXIS: -1})
-
-    def expand(self, model: Any, plan: Mapping[str, str] | str) -> list[Rule]:
-        """:func:`expand`: the plan's modules and styles."""
-        return expand(model, plan)
-
-    def check(self, model: Any, rules: list[Rule], mesh_degrees: Mapping[str, int]) -> None:
-        """The mesh has a ``tp`` axis and its degree divides every split dimension."""
-        if TP_AXIS not in mesh_degrees:
-            raise DistributedError(
-                f"The mesh has no '{TP_AXIS}' axis: {dict(mesh_degrees)}.",
-                "Build it with ad.distributed.mesh({'dp': -1, 'tp': 2}).",
-            )
-        check_divisible(model, rules, mesh_degrees[TP_AXIS])

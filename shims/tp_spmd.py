@@ -19,7 +19,8 @@ import torch
 
 from anydevice import settings
 from anydevice.errors import UnsupportedFeatureError
-from anydevice.shims.tp_plan import DP_AXIS, TP_AXIS, Lowering, Rule, split_dim
+from anydevice.shims.tp_lowering import Lowering
+from anydevice.shims.tp_plan import DP_AXIS, TP_AXIS, Rule, split_dim
 
 
 def _world_size() -> int:
@@ -50,6 +51,7 @@ class SpmdParallel(Lowering):
     """Meshes, plans and batches for torch_xla SPMD: one process, ``xs.Mesh`` over the host's devices."""
 
     kind = "spmd"
+    local_shards = False
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -81,12 +83,14 @@ class SpmdParallel(Lowering):
 
         _refuse_multiprocess(self.name)
         modules = dict(model.named_modules())
+        marked: set[int] = set()  # a tied weight is one tensor: marked once (check() made its owners agree)
         for rule in rules:
             module = modules[rule.name]
             dim = split_dim(module, rule.spec)
             weight = getattr(module, "weight", None)
-            if dim is None or weight is None:
+            if dim is None or weight is None or id(weight) in marked:
                 continue
+            marked.add(id(weight))
             xs.mark_sharding(weight, mesh, spec_for(weight, dim))
             bias = getattr(module, "bias", None)
             if bias is not None and dim == 0 and isinstance(module, torch.nn.Linear):

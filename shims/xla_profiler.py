@@ -146,7 +146,8 @@ class XlaProfiling(Profiling):
             return nullcontext()
         import torch_xla.debug.profiler as xp
 
-        return xp.Trace(name)  # type: ignore[no-any-return]
+        trace: AbstractContextManager[None] = xp.Trace(name)  # torch_xla is untyped
+        return trace
 
     def chip(self) -> str | None:
         return self.vendor.chip()

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.long_marker import pytest_collection_modifyitems as mark_long_tests
 from tests.utils import CLEARED, TEST_PLUGINS
 
 QUICK_EXCLUDED = Path(__file__).with_name("quick_excluded.txt")
 """Tests measured over two seconds in a full run (``scripts/quick-list`` writes it): ``--quick`` leaves them out."""
+STALE = pytest.StashKey[list[str]]()
+"""With ``--quick``: the listed tests that their collected files no longer have."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -21,15 +24,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m and -k deselect: a listed test they drop is not stale
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``--quick``, deselect the tests measured slow (a list, so the core lanes still run them)."""
+    """With ``--quick``, deselect the tests measured slow (a list, so the core lanes still run them); ``long`` tests'
+    reasons go into the junit file (tests/long_marker.py)."""
+    mark_long_tests(items)
     if not config.getoption("quick"):
         return
     listed = {line.strip() for line in QUICK_EXCLUDED.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    collected = {item.nodeid for item in items}
+    files = {nodeid.partition("::")[0] for nodeid in collected}
+    config.stash[STALE] = sorted(i for i in listed if i.partition("::")[0] in files and i not in collected)
     dropped = [item for item in items if item.nodeid in listed]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item.nodeid not in listed]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """With ``--quick``, say which listed tests were not found in their files: renamed tests and moved doc blocks,
+    whose new ids ran although they were measured slow."""
+    stale = config.stash.get(STALE, [])
+    if stale:
+        terminalreporter.write_line(
+            f"--quick: tests/quick_excluded.txt lists {len(stale)} tests its files no longer have (renamed, or a doc "
+            "block that moved): their new ids ran. A full `LANES=main scripts/test` rewrites the list. "
+            + ", ".join(stale[:5])
+            + (" ..." if len(stale) > 5 else ""),
+            yellow=True,
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ CLEARED = (
     "ANYDEVICE_PLUGINS",
     "ANYDEVICE_QUIET",
     "ANYDEVICE_DEBUG",
+    "ANYDEVICE_ROLES",
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -23,12 +24,21 @@ CLEARED = (
     "MASTER_ADDR",
     "MASTER_PORT",
     "SLURM_PROCID",  # an srun task in the test machine's own environment is not the one a test means
+    "SLURM_STEP_ID",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",  # anydevice's CLI sets it in its own process: a test's child starts as torch would
 )
 
 
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+"""A child's default unless the runner's environment or ``extra`` sets it: one intra-op thread. On the shared
+2-core machine a child using both cores waits on the other processes at every parallel region: the main job's
+50 steps took 70-129 s with torch's default threads, 6-8 s with one (docs/benchmarks.md). The numbers a test
+compares come from the same code on both sides; ``anydevice run -n N`` already gives its ranks one thread."""
+
+
 def child_env(extra: Mapping[str, str] | None = None, pythonpath: Path | None = None) -> dict[str, str]:
-    """The environment of a child process: ours without selection variables, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    """The environment of a child process: ours without selection variables (one thread unless set), plus ``extra``."""
+    env = {**ONE_THREAD, **{k: v for k, v in os.environ.items() if k not in CLEARED}}
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
     env.update(extra or {})
@@ -50,6 +60,39 @@ def python(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
 def anydevice_cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run ``python -m anydevice args...``."""
     return python("-m", "anydevice", *args, **kwargs)
+
+
+def cli_in_process(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``anydevice args...`` in this process (``anydevice.cli.main``), for tests that read what it prints.
+
+    Its stdout, stderr and exit status come back as :func:`anydevice_cli`'s would; ``env`` is set for the
+    call only, and anydevice's selection, registry and start-up flag are as before afterwards. A
+    subprocess stays the way to test exit by signal, pipes, start-up cost and isolation.
+    """
+    import contextlib
+    import io
+
+    import anydevice
+    from anydevice import startup
+    from anydevice.cli import main
+    from anydevice.runtime.registry import reset_registry
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, exempted = dict(os.environ), startup.exempted
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's --help and usage errors
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        startup.exempted = exempted
+        anydevice.reset()
+        reset_registry()
+    return subprocess.CompletedProcess(["anydevice", *args], code, out.getvalue(), err.getvalue())
 
 
 TINY_LLAMA_AUTO = (

@@ -24,6 +24,8 @@ survives any crash, and the next save removes what a killed one left.
 
 from __future__ import annotations
 
+import os
+import stat
 import warnings
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -141,6 +143,7 @@ def load(state: Mapping[str, Any], directory: str | Path, *, strict: bool = True
             f"{path} is a file, not a checkpoint directory.",
             "ad.checkpoint.load reads what ad.checkpoint.save wrote; a single file from ad.save loads with ad.load.",
         )
+    _refuse_odd_metadata(path / METADATA)
     if not is_complete(path):
         raise CheckpointError(
             f"{path} is not a complete checkpoint (it has no {METADATA}).",
@@ -164,6 +167,18 @@ def load(state: Mapping[str, Any], directory: str | Path, *, strict: bool = True
         raise CheckpointError(f"Checkpoint {path} could not be loaded: {_first_line(exc)}") from exc
     _apply(parts, state_dict)
     return {key: state_dict[key] if key in parts.plain else value for key, value in state.items()}
+
+
+def _refuse_odd_metadata(metadata: Path) -> None:
+    """Refuse, by name, a ``.metadata`` that is there but is not a regular file (a FIFO, a link to a device)."""
+    try:
+        st = os.stat(metadata)
+    except OSError:
+        return  # missing: not a complete checkpoint, said next
+    if not stat.S_ISREG(st.st_mode):
+        from anydevice.checkpoint.dcp_reading import not_regular
+
+        raise not_regular(metadata, st)
 
 
 class _Parts:

@@ -9,7 +9,10 @@ with ``torch.load(weights_only=False)``: a crafted checkpoint runs code on load.
   of ``torch.distributed.checkpoint.filesystem`` (whatever the running torch defines there, so the
   list follows torch 2.9 to 2.15), ``torch.Size``, torch dtypes and layouts, and ``pathlib`` paths;
   anything else is refused with the class named;
-- non-tensor values are read with ``torch.load(weights_only=True)``, as tensors already are.
+- non-tensor values are read with ``torch.load(weights_only=True)``, as tensors already are;
+- every file (``.metadata`` and each shard) is opened only when it is a regular file
+  (:class:`RegularFiles`): a FIFO among the shards would block the load forever, a link to a
+  device (``/dev/zero``) would never end; they are refused by name, unread.
 
 Imports torch: import this module only when loading a checkpoint.
 """
@@ -17,11 +20,16 @@ Imports torch: import this module only when loading a checkpoint.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import enum
+import fcntl
 import io
+import os
 import pathlib
 import pickle
+import stat
+from collections.abc import Iterator
 from functools import cache
 from typing import IO, Any, cast
 
@@ -29,10 +37,11 @@ import torch
 from torch.distributed.checkpoint import filesystem, metadata
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
 from torch.distributed.checkpoint.planner import ReadItem
 
 from anydevice.errors import CheckpointError
+from anydevice.files.safe_files import kind
 
 _NEVER = "never load a checkpoint you do not trust with a loader that runs code (plain torch.distributed.checkpoint.load)"
 
@@ -94,14 +103,73 @@ def read_metadata_file(handle: IO[bytes], where: str) -> metadata.Metadata:
     return result
 
 
+def not_regular(path: pathlib.Path, st: os.stat_result) -> CheckpointError:
+    """The refusal of checkpoint file ``path``, which is not a regular file (``st``: what it is)."""
+    return CheckpointError(
+        f"Checkpoint file {path} is {kind(st)}, not a regular file; it was refused unread (reading it could block or never end).",
+        "A checkpoint's files are the regular files ad.checkpoint.save wrote: replace this one, or load another checkpoint.",
+    )
+
+
+def open_regular(path: pathlib.Path) -> IO[bytes]:
+    """``path`` opened for reading, when it is a regular file (links followed); else :func:`not_regular` is raised.
+
+    Judged by ``stat`` before the open, and again by ``fstat`` after an open that never blocks (a file
+    swapped for a FIFO in between is refused too).
+    """
+    try:
+        before = os.stat(path)
+    except OSError:
+        before = None  # missing or unreadable: the open below says so, as torch's own open would
+    if before is not None and not stat.S_ISREG(before.st_mode):
+        raise not_regular(path, before)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise not_regular(path, opened)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~getattr(os, "O_NONBLOCK", 0))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class RegularFiles(FileSystem):
+    """torch's local ``FileSystem``, reading only regular files (:func:`open_regular`); a refusal is kept on ``reader``."""
+
+    def __init__(self, reader: SafeReader) -> None:
+        super().__init__()
+        self.reader = reader
+
+    @contextlib.contextmanager
+    def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[io.IOBase]:
+        if mode not in ("r", "rb"):  # the reader only reads; anything else as torch does it
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        try:
+            handle = open_regular(pathlib.Path(path))
+        except CheckpointError as exc:
+            self.reader.refusal = self.reader.refusal or exc
+            raise
+        with handle:
+            yield cast(io.IOBase, handle)
+
+
 class SafeReader(FileSystemReader):
-    """torch's ``FileSystemReader`` reading ``.metadata`` with :class:`MetadataUnpickler`.
+    """torch's ``FileSystemReader`` reading ``.metadata`` with :class:`MetadataUnpickler`, and only regular files.
 
     A refusal is kept in :attr:`refusal` too: torch catches errors of ``read_metadata`` and
-    reports "metadata is None" instead, so the caller re-raises the refusal itself.
+    reports "metadata is None" instead (and gathers a shard's read error into its own exception),
+    so the caller re-raises the refusal itself.
     """
 
     refusal: CheckpointError | None = None
+
+    def __init__(self, path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
+        super().__init__(path, *args, **kwargs)
+        self.fs = RegularFiles(self)
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> metadata.Metadata:
         path = self._get_metadata_path(kwargs.get("rank"))
@@ -128,7 +196,7 @@ class SafePlanner(DefaultLoadPlanner):
         try:
             loaded = torch.load(value, weights_only=True)
         except Exception as exc:
-            from anydevice.runtime.loading import refused_global
+            from anydevice.checkpoint.loading import refused_global
 
             needed = refused_global(exc)
             self.refusal = CheckpointError(

@@ -24,13 +24,19 @@ from anydevice.errors import AnyDeviceError, PluginError
 from anydevice.runtime import guard
 from anydevice.runtime.untrusted import clean_tree
 
-# Subcommands implemented in their own modules: name -> (module, help)
-DELEGATED: dict[str, tuple[str, str]] = {
+COMMANDS_GROUP = "anydevice.commands"
+"""Entry points naming modules above the CLI that add a subcommand (the matrix's ``anydevice matrix``): the CLI
+finds them by name when asked, so it never imports a layer above it (docs/architecture.md)."""
+
+# Subcommands implemented in their own modules: name -> (module, help); a module None is found in COMMANDS_GROUP
+DELEGATED: dict[str, tuple[str | None, str]] = {
     "doctor": ("anydevice.cli.doctor", "diagnose the environment; non-zero exit with fixes on problems"),
     "run": ("anydevice.cli.launch", "launch N processes the device's way (torchrun, spawn, ...)"),
-    "matrix": ("anydevice.compat_matrix.cli", "run the probe suite or render the compatibility matrix"),
+    "matrix": (None, "run the probe suite or render the compatibility matrix"),
     "export": ("anydevice.cli.export", "convert a model for an edge runtime (LiteRT), checked against PyTorch"),
-    "check": ("anydevice.cli.check", "will SCRIPT run on --target tpu,neuron,xla? static analysis on the CPU, not a run"),
+    "serve-spec": ("anydevice.cli.serve_spec", "an llm-d model server's overlay or endpoints entry for --role and --device"),
+    "pd-rehearsal": ("anydevice.cli.pd_rehearsal", "prefill and decode vLLM CPU servers behind vllm-router, against one server"),
+    "check": ("anydevice.cli.check", "will SCRIPT run on --target tpu,neuron,xla? its first steps run on the CPU, then judged"),
 }
 
 
@@ -62,6 +68,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "chip": det.chip,
                 "count": det.count,
                 "verified_on_hardware": entry.spec.verified_on_hardware,
+                "evidence": entry.spec.evidence.as_dict(),
             }
         )
     broken = [{"plugin": f.plugin, "stage": f.stage, "error": f.error} for f in registry.failures]
@@ -72,7 +79,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     width = max((len(str(r)) for r in [*(r["name"] for r in rows), *(b["plugin"] for b in broken)]), default=4)
     for r in rows:
         mark = "✓ available  " if r["available"] else "✗ unavailable"
-        extra = "" if r["verified_on_hardware"] else " [not verified on hardware]"
+        evidence = r["evidence"]  # the words only here; `list --json` and `info` carry the source
+        extra = f" [{evidence['label']}]" if r["verified_on_hardware"] else f" [not verified on hardware: {evidence['words']}]"
         print(f"{r['name']:<{width}}  {mark}  {r['reason']}{extra}")
         if not r["available"] and r["fix"]:
             print(f"{'':<{width}}                 fix: {r['fix']}")
@@ -141,6 +149,13 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _delegate(name: str) -> Callable[[list[str]], int]:
     module_name, _ = DELEGATED[name]
+    if module_name is None:
+        from importlib.metadata import entry_points
+
+        found = [ep.value for ep in entry_points(group=COMMANDS_GROUP, name=name)]
+        if not found:
+            raise AnyDeviceError(f"'anydevice {name}' is not installed here (no '{name}' entry point in {COMMANDS_GROUP})")
+        module_name = found[0]
     module = importlib.import_module(module_name)
     main: Callable[[list[str]], int] = module.main
     return main
@@ -172,7 +187,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``anydevice`` and ``python -m anydevice``."""
+    """Entry point of ``anydevice`` and ``python -m anydevice``.
+
+    As the process's entry point (``argv`` None), the command ends once its output is written, even when a
+    plugin left a thread or an exit handler that would keep the process alive (:mod:`anydevice.cli.ending`).
+    """
+    code = _command(argv)
+    if argv is None:
+        from anydevice.cli import ending
+
+        code = ending.finish(code)
+    return code
+
+
+def _command(argv: Sequence[str] | None) -> int:
     standard_streams()
     from anydevice import startup
 

@@ -184,6 +184,23 @@ def check_selection(ctx: Context) -> list[Check]:
     return [Check("selection", "ok", f"ANYDEVICE={ctx.requested} selects {choice.name} ({how})")]
 
 
+def check_roles(ctx: Context) -> list[Check]:
+    """The device of each role in ``ANYDEVICE_ROLES``, their pairings on one host, and each weight sync."""
+    from anydevice.runtime import roles
+
+    name = settings.ANYDEVICE_ROLES.name
+    try:
+        declared = roles.declared()
+        if not declared:
+            return [Check("roles", "info", f"none declared ({name} unset): every role follows ANYDEVICE")]
+        plan = roles.plan(registry=_registry(ctx), weights_from=next(iter(declared)))
+    except AnyDeviceError as exc:
+        return [Check("roles", "fail", f"{name}: {exc.message}", exc.hint)]
+    placed = ", ".join(f"{r}={p.device}" for r, p in plan.placements.items())
+    syncs = "; ".join(f"{s.source}->{s.target}: {s.transport}" for s in plan.syncs)
+    return [Check("roles", "ok", f"{placed} (checked as separate processes on one host; weight sync {syncs})")]
+
+
 def check_slurm(ctx: Context) -> list[Check]:
     """The SLURM view of the job (no line outside SLURM): this task's place, or why it is not one."""
     job = settings.SLURM_JOB_ID.get()
@@ -203,13 +220,14 @@ def check_slurm(ctx: Context) -> list[Check]:
                 f"{where}; rendezvous {task.master_addr}:{task.master_port}",
             )
         ]
-    if settings.SLURM_PROCID.get() is not None:
+    if settings.SLURM_PROCID.get() is not None and not slurm_env.in_batch_step():
         return [Check("slurm", "info", f"SLURM job {job}: a launcher's RANK/WORLD_SIZE/LOCAL_RANK are set and win over SLURM's")]
+    step = " (the batch script: no SLURM_STEP_ID)" if slurm_env.in_batch_step() else ""
     return [
         Check(
             "slurm",
             "info",
-            f"inside SLURM job {job} but not an srun task: one process here is a world of one",
+            f"inside SLURM job {job} but not an srun task{step}: one process here is a world of one",
             "start the ranks with `srun python train.py` or `srun anydevice run train.py` (one world over the tasks)",
         )
     ]
@@ -415,6 +433,7 @@ CHECKS: tuple[Callable[[Context], list[Check]], ...] = (
     check_pairs,
     check_plugins,
     check_selection,
+    check_roles,
     check_slurm,
     check_plugin_settings,
     check_autoload_setting,

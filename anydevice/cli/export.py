@@ -40,11 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
+    from anydevice.edge.api import check_destination
+
+    check_destination(args.out)  # before the script runs: a FIFO or a pipe (/dev/stdout) is refused, never opened
     model, example_inputs = load_model(args.source, args.script)
-    import anydevice as ad
+    from anydevice.edge import export
 
     try:
-        exported = ad.export(model, example_inputs, target=args.target, path=args.out, quantize=args.quantize)
+        exported = export(model, example_inputs, target=args.target, path=args.out, quantize=args.quantize)
     except ExportError as exc:
         if exc.finding is None:
             raise

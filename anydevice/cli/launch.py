@@ -47,6 +47,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -58,7 +59,7 @@ from anydevice import settings
 from anydevice.cli import launch_args, lifeline, rank_start
 from anydevice.cli.launch_args import build_parser  # noqa: F401 - where callers of 0.2 found it
 from anydevice.distributed import slurm as slurm_env
-from anydevice.errors import DistributedError, UsageError
+from anydevice.errors import AnyDeviceError, DistributedError, UsageError
 from anydevice.runtime import autoload
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Seque
             rank, failure = exc.get_first_failure()
             if all(f.exitcode in (lifeline.INTERRUPTED, -signal.SIGINT) for f in exc.failures.values()):
                 return _interrupted(signal.SIGINT)  # Ctrl-C reached the ranks before the launcher
-            sys.stderr.write(str(exc.format_msg()) + "\n")  # type: ignore[no-untyped-call]
+            sys.stderr.write(str(exc.format_msg()) + "\n")  # type: ignore[no-untyped-call]  # torch elastic's format_msg is untyped
             sys.stderr.write(f"anydevice run: rank {rank} failed (exit code {failure.exitcode}); the run was stopped.\n")
             return failure.exitcode if failure.exitcode > 0 else 1
         except RendezvousError as exc:
@@ -269,7 +270,32 @@ def run_rank(
     """Run ``target`` (a script's path, or a module as ``python -m`` does) as ``__main__`` in this rank."""
     local = int(settings.LOCAL_RANK.get() or 0)
     os.environ.update(rank_env.get(local, {}))
-    rank_start.run(target, args, is_module, path0)
+    try:
+        rank_start.run(target, args, is_module, path0)
+    except Exception as exc:
+        _end_refused(exc)
+        raise
+
+
+def _end_refused(exc: Exception) -> None:
+    """An anydevice error from the rank's script: one clear error on stderr, and the same text (not a traceback) in
+    torch elastic's error file, which the launcher's summary shows; then the rank ends with status 1."""
+    from anydevice.files import safe_files
+    from anydevice.runtime import refusals
+
+    text = refusals.one_error(exc, exc.__traceback__)
+    if text is None:
+        return
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+    if error_file:  # the shape torch elastic's @record writes, without the traceback (py_callstack)
+        message = {"message": text.rstrip("\n"), "extraInfo": {"timestamp": str(int(time.time()))}}
+        try:
+            safe_files.write_json(error_file, {"message": message}, ours_keys=("message",))
+        except (OSError, AnyDeviceError):
+            pass  # the summary then says only the exit status
+    raise SystemExit(1) from None
 
 
 def rank_main(argv: list[str]) -> int:
@@ -279,10 +305,18 @@ def rank_main(argv: list[str]) -> int:
     rank_env = {int(k): v for k, v in json.loads(rank_env_json).items()}
     local = int(settings.LOCAL_RANK.get() or 0)
     os.environ.update(rank_env.get(local, {}))  # before torch (and any vendor) is imported
+    from anydevice.distributed import joining
+
     with lifeline.quiet_interrupt():
         from torch.distributed.elastic.multiprocessing.errors import record
 
-        record(run_rank)(target, args, {}, kind == "module", path0)
+        try:
+            record(run_rank)(target, args, {}, kind == "module", path0)
+        except SystemExit as exc:
+            if exc.code in (None, 0):
+                joining.mark_left(settings.rank(), settings.world_size())  # peers waiting in init stop at once
+            raise
+    joining.mark_left(settings.rank(), settings.world_size())
     return 0
 
 
@@ -324,7 +358,14 @@ def _select(args: argparse.Namespace) -> _Selected:
         elif not Path(args.script).is_file():
             raise UsageError(f"No script at {args.script}.", "Pass the path of a Python file: anydevice run -n 2 train.py.")
     registry = get_registry()
-    choice = resolve(requested(), registry)  # cheap detection: imports no vendor package; the only resolution
+    request = requested()
+    if getattr(args, "role", None) is not None:
+        from anydevice.runtime import roles
+
+        if roles.declared():  # every role resolves and pairs, before anything starts (one node: one host)
+            roles.plan([*roles.declared(), args.role], one_host=args.nnodes == 1, registry=registry)
+        request = roles.request_for(args.role)
+    choice = resolve(request, registry)  # cheap detection: imports no vendor package; the only resolution
     spec = registry.get(choice.name).spec
     if args.nproc_per_node is not None and not command:
         check_nproc(args.nproc_per_node, choice.name, spec, choice.detection)

@@ -19,7 +19,7 @@ import socket
 from anydevice.errors import DistributedError
 
 # options of `anydevice run` that take a value (the splitter must skip the value, not take it for the script)
-_VALUED = {"-n", "--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--max-restarts", "--run-id"}
+_VALUED = {"--role", "-n", "--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--max-restarts", "--run-id"}
 RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _HOSTNAME = re.compile(
     r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--cuda-compat",
         action="store_true",
         help="run a CUDA-written script unmodified: .cuda(), 'cuda' devices, torch.cuda.*, 'nccl' go to the selected device",
+    )
+    p.add_argument(
+        "--role",
+        default=None,
+        help="run as this role: its device from ANYDEVICE_ROLES (trainer=xla,rollout=cpu), else ANYDEVICE; the roles' "
+        "pairings are checked first",
     )
     p.add_argument("-m", dest="module", default=None, metavar="MODULE", help="run a module as `python -m MODULE` does")
     p.add_argument("script", nargs="?", default=None, help="the Python script to run")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from types import TracebackType
 from typing import TextIO, TypeVar
 
@@ -148,8 +148,8 @@ class Progress:
 
 def track(items: Iterable[T], label: str = "", total: int | None = None, stream: TextIO | None = None) -> Iterator[T]:
     """Yield ``items`` while showing progress (``total`` defaults to ``len(items)`` when it has one)."""
-    if total is None and hasattr(items, "__len__"):
-        total = len(items)  # type: ignore[arg-type]
+    if total is None and isinstance(items, Sized):
+        total = len(items)
     with Progress(total, label, stream) as progress:
         for item in items:
             yield item

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
-    from types import ModuleType
+    from types import ModuleType, TracebackType
 
 LAUNCH_PARENT = "ANYDEVICE_LAUNCH_PARENT"
 """The launcher's pid, set for its ranks (``anydevice.settings.ANYDEVICE_LAUNCH_PARENT``)."""
@@ -42,14 +42,20 @@ def die_with_parent() -> None:
     if not value.isdigit():
         return
     parent = int(value)
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            _watch(parent)  # prctl refused (seccomp): poll instead
-    else:
-        _watch(parent)
+    if not parent_death_signal():
+        _watch(parent)  # not Linux, or prctl refused (seccomp): poll instead
     if os.getppid() != parent:  # the launcher died before the line above took effect
         os._exit(1)
+
+
+def parent_death_signal() -> bool:
+    """Ask the kernel to SIGKILL this process when its parent ends, even by ``kill -9`` (Linux); False if it cannot.
+
+    Also safe between ``fork`` and ``exec`` (``subprocess.Popen(preexec_fn=...)``): the setting survives ``exec``.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    return bool(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0)
 
 
 def _watch(parent: int) -> None:
@@ -86,6 +92,18 @@ class _HfOnFirstImport:
         return None
 
 
+def refusals_hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    """``sys.excepthook`` of a rank: an anydevice error the script did not catch prints as one clear error
+    (:mod:`anydevice.runtime.refusals`, imported only then); anything else as Python prints it."""
+    errors = sys.modules.get("anydevice.errors")
+    if errors is not None and isinstance(value, errors.AnyDeviceError):
+        from anydevice.runtime import refusals
+
+        refusals.excepthook(kind, value, tb, sys.__excepthook__)
+        return
+    sys.__excepthook__(kind, value, tb)
+
+
 def check_module(name: str) -> None:
     """End the rank as ``python -m`` does (one line, status 1) when there is no module ``name``."""
     try:
@@ -104,6 +122,8 @@ def run(target: str, args: list[str], is_module: bool = False, path0: str | None
         sys.meta_path.insert(0, _HfOnFirstImport())
     sys.path[0] = path0 or (os.getcwd() if is_module else os.path.dirname(os.path.realpath(target)))
     sys.argv = [target, *args]  # run_module sets argv[0] to the module's file, as python -m does
+    if sys.excepthook is sys.__excepthook__:
+        sys.excepthook = refusals_hook
     with quiet_interrupt():
         if os.environ.get("ANYDEVICE_CUDA_COMPAT", "").strip():
             from anydevice import settings
@@ -114,11 +134,30 @@ def run(target: str, args: list[str], is_module: bool = False, path0: str | None
                 from anydevice import cuda_compat
 
                 cuda_compat.enable()  # before the script runs: redirects CUDA calls (idempotent)
-        if is_module:
-            check_module(target)
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(target, run_name="__main__")
+        try:
+            if is_module:
+                check_module(target)
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(target, run_name="__main__")
+        finally:
+            say_if_device_unused()
+
+
+def say_if_device_unused() -> None:
+    """At the rank's end: one line on rank 0 when the device ``ANYDEVICE`` asked for was never used (:mod:`.device_use`)."""
+    asked = os.environ.get("ANYDEVICE", "")
+    if not asked.strip() or os.environ.get("RANK", "0") != "0":
+        return
+    from anydevice.cli.device_use import never_used_line
+
+    try:
+        line = never_used_line(asked, bool(os.environ.get("ANYDEVICE_CUDA_COMPAT", "").strip() not in ("", "0")))
+    except Exception as exc:  # the script's own outcome is what the rank ends with
+        line = f"anydevice: could not tell whether ANYDEVICE={asked.strip()} was used: {exc}"
+    if line:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 ALL_DTYPES: Final = frozenset(
     {
@@ -59,7 +59,7 @@ class OpTable:
     :param module: the module to import so the dispatch key's kernels are registered (``torch_xla``).
     :param probe: ``"module:function"`` taking a function of a device that runs one op, returning the names of
         the ops that ran on the CPU: ops without a kernel for the key are run once on the device to decide
-        (torch_xla on PJRT CPU: ``anydevice.shims.lazy_xla:fallback_probe``).
+        (torch_xla on PJRT CPU: ``anydevice.plugin:lazy_xla.fallback_probe``; the function may be a dotted path).
     """
 
     source: str
@@ -92,6 +92,13 @@ class CheckFacts:
     :param lacking_reduce_ops: ``ReduceOp`` names its process group rejects (the same set as the collectives shim's
         ``Collectives.lacking_reduce_ops``; ``{"AVG"}`` on torch_xla); None: unknown, collectives are not checked.
     :param sources: where these facts come from, one phrase each (docs, tables, runs), for the report.
+    :param slice_compiler: ``"module:attribute"`` of a module that compiles a training step for a named slice of the
+        device with its vendor's compiler on this host (``--target tpu:v5e-8``); it has ``EXAMPLE`` (a slice name),
+        ``available()`` (None, or why not), ``parse_slice(name)`` and ``compile_step(...)`` (a dict of
+        :class:`~anydevice.preflight.schema.CompiledStep`'s fields). None: slice targets are refused.
+    :param refused_calls: calls the device's runtime refuses, found in the script's own source at their line
+        (they may come after the steps ``check`` runs, in validation or sampling): a dotted name
+        (``torch.inference_mode``), or ``name(device=)`` for a call given a ``device`` keyword -> (why, the fix).
     """
 
     dtypes: frozenset[str] | None = None
@@ -107,8 +114,23 @@ class CheckFacts:
     dist_backend: str | None = None
     lacking_reduce_ops: frozenset[str] | None = None
     sources: tuple[str, ...] = ()
+    slice_compiler: str | None = None
+    refused_calls: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 GiB: Final = 1 << 30
 DEFAULT_FACTS: Final = CheckFacts()
 """What a device that declares nothing gets: every fact unknown."""
+
+
+@dataclass(frozen=True)
+class StepLoss:
+    """The loss a slice compiler (``CheckFacts.slice_compiler``) takes the gradient of, as ``anydevice check`` chose it.
+
+    ``kind``: ``"model"`` (the model returns a scalar, or an output with ``.loss``), ``"cross_entropy"`` or ``"mse"``
+    against ``target`` (the batch's tensor the model was not given; only its shape and dtype are used), or ``"sum"``
+    (the summed output).
+    """
+
+    kind: str = "sum"
+    target: Any = None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from anydevice.contract.check_facts import DEFAULT_FACTS, CheckFacts
+from anydevice.contract.evidence import UNKNOWN, Evidence
 from anydevice.contract.versions import PairRule
 from anydevice.settings import Setting
 
@@ -57,6 +58,51 @@ class Detection:
 
 
 @dataclass(frozen=True)
+class Chip:
+    """One accelerator model a serving spec can name (``tpu:v6e-8``, ``cuda:h200x8``): how its count becomes devices.
+
+    :param devices_per_chip: the engine's devices per chip (TPU v7x: 2 TensorCores per chip); the tensor-parallel
+        size of a host is its chips times this.
+    :param counts: what the number after the model counts: ``chips`` (``v6e-8``: 8 chips) or ``devices``
+        (``v7x-8``: 8 TensorCores, 4 chips).
+    :param label: the ``llm-d.ai/accelerator-variant`` label value (``tpu-v6e``).
+    """
+
+    devices_per_chip: int = 1
+    counts: Literal["chips", "devices"] = "chips"
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelServer:
+    """How an llm-d model server of this device is built (``anydevice serve-spec``), with where the facts come from.
+
+    :param image: the container image, or None where there is none to name (the user passes ``--image``).
+    :param resource: the Kubernetes extended resource chips are counted in (``nvidia.com/gpu``), or None (host CPUs).
+    :param connector: ``--kv-transfer-config`` keys besides ``kv_role`` (the connector's name, module, ...).
+    :param kv_role: a fixed ``kv_role``; None: ``kv_producer`` for prefill, ``kv_consumer`` for decode.
+    :param host_staged: the KV cache goes through host memory (``kv_buffer_device: cpu``): the device can pair with
+        another vendor's host-staged side.
+    :param env: the container's variables; a value ``$(POD_IP)`` is the pod's address (``status.podIP``).
+    :param args: more ``vllm serve`` arguments.
+    :param labels: pod labels (``llm-d.ai/accelerator-vendor``).
+    :param chips: the chip models by name; the first is the default when the device names none.
+    :param source: where these facts are documented (the guide and its version), or what is only declared.
+    """
+
+    image: str | None
+    resource: str | None
+    connector: Mapping[str, str]
+    kv_role: str | None = None
+    host_staged: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    chips: Mapping[str, Chip] = field(default_factory=dict)
+    source: str = "declared"
+
+
+@dataclass(frozen=True)
 class Serving:
     """How a serving engine (``vllm``, ``sglang``) runs on a device: what the device's plugin declares for it.
 
@@ -84,6 +130,8 @@ class Serving:
     plugins_first: bool = False
     available: Callable[[], str | None] | None = None
     visible_devices: str | None = None
+    model_server: ModelServer | None = None
+    """llm-d's model server for this engine on the device (``anydevice serve-spec``), or None where none is declared."""
 
 
 @dataclass(frozen=True)
@@ -99,12 +147,19 @@ class Hardware:
     :param process_counts: the processes per node the hardware can run (whole slices on TPU), found
         cheaply (no vendor import); ``anydevice run -n`` refuses any other count up front. None or an
         empty answer: any count up to the device count.
+    :param exclusive: a chip belongs to one process (TPU, NeuronCores): two roles in separate processes
+        cannot share it, so ``anydevice.runtime.roles`` refuses such a pairing on one host.
+    :param host_memory: the device computes in the host's own memory (as ``PlacementTable(host=True)`` says once loaded;
+        this is known without loading): processes on one node share it (weights move through
+        shared memory between roles on it).
     """
 
     pjrt_names: tuple[str, ...] = ()
     scan: Callable[[], list[str]] | None = None
     ray_resource: str | Callable[[], str | None] | None = None
     process_counts: Callable[[], tuple[int, ...]] | None = None
+    exclusive: bool = False
+    host_memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,7 +203,9 @@ class DeviceSpec:
         ``auto`` refuse, naming both (never an alphabetical pick).
     :param aliases: other names that select this device (``gpu`` for cuda).
     :param vendor_package: the Python distribution the device needs (for versions and doctor).
-    :param verified_on_hardware: False when the plugin was only tested against a simulated vendor module.
+    :param evidence: what stands behind the plugin (:class:`~anydevice.contract.evidence.Evidence`): ``ran``
+        on the chip (naming where the results are), ``stand-in``, ``declared``, ...; default unknown, so a
+        plugin is "verified on hardware" only when it says where the run's results are.
     :param prepare_environment: sets variables the vendor reads at import; called before ``load``.
     :param autoload_module: the package torch's ``torch.backends`` autoload imports for this device.
     :param vendor_modules: top-level modules the device imports once selected (``info`` and ``doctor``
@@ -178,7 +235,8 @@ class DeviceSpec:
     priority: int = 10
     aliases: tuple[str, ...] = ()
     vendor_package: str | None = None
-    verified_on_hardware: bool = True
+    evidence: Evidence = UNKNOWN
+    """What stands behind the plugin; only ``Evidence.ran(...)`` makes :attr:`verified_on_hardware` True."""
     prepare_environment: Callable[[], None] | None = None
     """Optional: set environment variables the vendor reads at import (called before ``load``)."""
     autoload_module: str | None = None
@@ -201,9 +259,43 @@ class DeviceSpec:
     """Facts for ``anydevice check``, ``ad.capabilities()`` and strict mode (:mod:`anydevice.contract.check_facts`)."""
 
     @property
+    def verified_on_hardware(self) -> bool:
+        """True only when :attr:`evidence` says the plugin ran on the chip (derived, never declared)."""
+        return self.evidence.verified_on_hardware
+
+    @property
     def environment(self) -> tuple[str, ...]:
         """The names of :attr:`settings` (what ``doctor`` reports and the plugin's checks judge)."""
         return tuple(s.name for s in self.settings)
+
+
+REMOVED_KEYWORDS: Final[dict[str, tuple[str, str]]] = {
+    # keyword -> (the release that removed it, what to write instead); CHANGELOG.md lists the same
+    "description": ("0.3", "leave it out: `anydevice list` shows the reason your Detection gives"),
+    "pjrt_names": ("0.3", "write hardware=Hardware(pjrt_names=...)"),
+    "find_hardware": ("0.3", "write hardware=Hardware(scan=...)"),
+    "ray_resource": ("0.3", "write hardware=Hardware(ray_resource=...)"),
+    "environment": ("0.3", "write settings=(Setting(name, ...), ...); DeviceSpec.environment is now their names"),
+    "processes_per_core": ("0.3", 'write launch=Launch(ranks="per_core")'),
+    "verified_on_hardware": ("0.5", 'write evidence=Evidence.ran("<where the results are>"), or leave it out (unknown)'),
+}
+"""``DeviceSpec`` keywords of earlier releases: passing one is a ``TypeError`` naming it and its replacement."""
+
+
+def _refuse_removed_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(init)
+    def checked_init(self: DeviceSpec, *args: Any, **kwargs: Any) -> None:
+        removed = [k for k in kwargs if k in REMOVED_KEYWORDS]
+        if removed:
+            key = removed[0]
+            release, instead = REMOVED_KEYWORDS[key]
+            raise TypeError(f"DeviceSpec({key}=...) was removed in anydevice {release}: {instead} (see CHANGELOG.md)")
+        init(self, *args, **kwargs)
+
+    return checked_init
+
+
+setattr(DeviceSpec, "__init__", _refuse_removed_keywords(DeviceSpec.__init__))  # noqa: B010  mypy keeps the dataclass's signature
 
 
 class Devices(Protocol):
@@ -248,6 +340,8 @@ def spec_problems(spec: DeviceSpec) -> list[str]:
         problems.append(f"field 'name' = {_short(spec.name)}: {_GRAMMAR}")
     if "aliases" not in bad:
         problems += [f"field 'aliases' = {_short(a)}: {_GRAMMAR}" for a in spec.aliases if not is_valid_name(a)]
+    if "evidence" not in bad:
+        problems += [f"field 'evidence': {p}" for p in spec.evidence.problems()]
     low, high = PRIORITY_RANGE
     if "priority" not in bad and not low <= spec.priority <= high:
         problems.append(f"field 'priority' = {spec.priority!r}: must be between {low} and {high}")

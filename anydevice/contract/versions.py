@@ -43,7 +43,10 @@ def _satisfies(version: str, spec: str) -> bool:
     """Whether ``version`` meets a comma-joined specifier such as ``>=2.11.0,<=2.15.0``."""
     have = _release(version)
     for clause in filter(None, (c.strip() for c in spec.split(","))):
-        op, want_text = re.match(r"(~=|==|!=|<=|>=|<|>)?\s*(.+)", clause).groups()  # type: ignore[union-attr]
+        parsed = re.match(r"(~=|==|!=|<=|>=|<|>)?\s*(.+)", clause)
+        if parsed is None:  # "(.+)" matches any non-empty clause; filter() dropped the empty ones
+            return False
+        op, want_text = parsed.groups()
         want = _release(want_text)
         width = max(len(have), len(want))
         h, w = have + (0,) * (width - len(have)), want + (0,) * (width - len(want))

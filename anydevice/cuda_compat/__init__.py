@@ -36,9 +36,9 @@ from anydevice.cuda_compat.control import disable, enable, enabled, report
 
 __all__ = ["disable", "enable", "enabled", "report"]
 
-if startup_hook.requested():
-    startup_hook.install()  # now if torch is imported, else at the script's first `import torch`
-elif not settings.ANYDEVICE_QUIET.flag() and not os.environ.get(startup_hook.VARIABLE, "").strip():
+if os.environ.get(startup_hook.VARIABLE, "").strip():
+    startup_hook.install()  # now if torch is imported, else at the script's first `import torch`; a bad value raises there
+elif not settings.ANYDEVICE_QUIET.flag():
     sys.stderr.write(
         "anydevice: cuda-compat is off: set ANYDEVICE_CUDA_COMPAT=1 (or use `anydevice run --cuda-compat`); torch is untouched.\n"
     )

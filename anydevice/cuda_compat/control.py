@@ -23,10 +23,12 @@ def enable() -> bool:
         return True
     from anydevice.api import device_module
     from anydevice.cuda_compat.install import install, summary
+    from anydevice.runtime import refusals
     from anydevice.runtime.backend import current
 
     backend = current()
     _active = install(backend, device_module())
+    refusals.install()  # a refusal raised for the script's code ends it as one clear error, not a traceback
     if _active is not None and _lines_wanted:
         _active.report.record_lines()
     if _loud():
@@ -45,6 +47,9 @@ def enable() -> bool:
 def disable() -> None:
     """Put back everything :func:`enable` patched, and the real torch modules where views were bound."""
     global _active
+    from anydevice.runtime import refusals
+
+    refusals.uninstall()
     if _active is not None:
         from anydevice.cuda_compat.install import uninstall
 

@@ -2,7 +2,8 @@
 
 ``torch.cuda.Event``, ``Stream``, ``StreamContext``, ``device``, ``device_of`` and the legacy
 ``torch.cuda.FloatTensor``-style types are replaced by classes (never functions), so ``isinstance``
-and subclassing keep working. Work on cpu and XLA runs in issue order on one queue, so a stream is
+and subclassing keep working, and each pickles as the real class
+(:mod:`.stand_ins`). Work on cpu and XLA runs in issue order on one queue, so a stream is
 that queue: ``wait_stream`` and ``wait_event`` have nothing to wait for, ``synchronize`` waits for
 the device. An event records the host clock after the device has finished the work issued so far,
 so ``start.elapsed_time(end)`` is the wall time of the region in milliseconds, as CUDA events give.
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from anydevice.cuda_compat.stand_ins import StandInType, picklable
 from anydevice.errors import UnsupportedDeviceFunctionError
 
 
@@ -32,7 +34,7 @@ class HostQueue:
 def host_types(queue: HostQueue) -> dict[str, type]:
     """``torch.cuda`` class name -> the stand-in class for ``queue``'s device."""
 
-    class Stream:
+    class Stream(metaclass=StandInType):
         """The device's one in-order queue (``torch.cuda.Stream`` on a device without streams)."""
 
         def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
@@ -69,7 +71,7 @@ def host_types(queue: HostQueue) -> dict[str, type]:
     class ExternalStream(Stream):
         """``torch.cuda.ExternalStream``: the same single queue."""
 
-    class Event:
+    class Event(metaclass=StandInType):
         """``torch.cuda.Event``: the host clock once the device has finished the work issued before ``record``."""
 
         def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
@@ -98,7 +100,7 @@ def host_types(queue: HostQueue) -> dict[str, type]:
         def __repr__(self) -> str:
             return f"<anydevice cuda-compat event on {queue.name}>"
 
-    class StreamContext:
+    class StreamContext(metaclass=StandInType):
         """``with torch.cuda.stream(s):``: the single queue is always current."""
 
         def __init__(self, stream: Any) -> None:
@@ -110,7 +112,7 @@ def host_types(queue: HostQueue) -> dict[str, type]:
         def __exit__(self, *exc: object) -> None:
             return None
 
-    class device:
+    class device(metaclass=StandInType):
         """``with torch.cuda.device(i):``: ``i`` is the current device inside the block."""
 
         def __init__(self, device: Any) -> None:
@@ -143,7 +145,8 @@ def host_types(queue: HostQueue) -> dict[str, type]:
     }
 
 
-class _LegacyTensorType(type):
+@picklable
+class _LegacyTensorType(StandInType):
     """Metaclass of the ``torch.cuda.FloatTensor``-style stand-ins: build on the selected device, check by dtype."""
 
     cpu_type: Any
@@ -177,4 +180,4 @@ def refused_type(name: str, device: str, reason: str) -> type:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         raise UnsupportedDeviceFunctionError(f"torch.cuda.{name}", device, reason)
 
-    return type(name, (), {"__init__": __init__, "__module__": "torch.cuda"})
+    return StandInType(name, (), {"__init__": __init__, "__module__": "torch.cuda"})

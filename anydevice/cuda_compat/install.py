@@ -35,7 +35,8 @@ def install(backend: Backend, device_module: Any) -> Redirect | None:
         if accelerator is not None:
             scope.add_view(accelerator, torch_cuda.accelerator_view(redirect))
         questions = {"get_device_module": torch_cuda.get_device_module_view(redirect, cuda)}
-        scope.add_view(torch, {**redirect.script_view(), **runtime.compile_view(redirect), **questions})
+        views = {**redirect.script_view(), **runtime.compile_view(redirect), **runtime.lazy_view(redirect), **questions}
+        scope.add_view(torch, views)
         scope.add_view(torch.utils, {})
         scope.later["torch.utils.cpp_extension"] = runtime.extensions_view(redirect)
         scope.make_later_views()

@@ -76,7 +76,7 @@ def caller_line(internal: frozenset[str]) -> str | None:
         module = str(frame.f_globals.get("__name__") or "")
         if module.partition(".")[0] not in internal and not frame.f_code.co_filename.startswith("<"):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back  # type: ignore[assignment]  # f_back may be None; the loop stops there
     return None
 
 

@@ -30,6 +30,7 @@ from anydevice import settings
 from anydevice.cuda_compat.migration_report import NEUTRAL, REDIRECTED, MigrationReport
 from anydevice.cuda_compat.patches import Patches
 from anydevice.cuda_compat.scope import INTERNAL_PACKAGES, Scope
+from anydevice.cuda_compat.stand_ins import WHERE, StandInType, picklable
 
 if TYPE_CHECKING:
     from anydevice.runtime.backend import Backend
@@ -53,14 +54,14 @@ def _prime_identity_tables() -> None:
     from torch.utils import _device
 
     _device._device_constructors()
-    _builtins._get_builtin_table()  # type: ignore[no-untyped-call]
+    _builtins._get_builtin_table()  # type: ignore[no-untyped-call]  # torch.jit's _builtins are untyped
 
 
 def same_builtin(original: Any, replacement: Any) -> Any:
     """Make TorchScript compile ``replacement`` as the aten op ``original`` is (``torch.jit.script`` of ``torch.zeros``)."""
     from torch.jit import _builtins
 
-    op = _builtins._find_builtin(original)  # type: ignore[no-untyped-call]
+    op = _builtins._find_builtin(original)  # type: ignore[no-untyped-call]  # torch.jit's _builtins are untyped
     if op is not None:
         _builtins._register_builtin(replacement, op)
     return replacement
@@ -235,7 +236,7 @@ class Redirect:
         for owner, key, old in buffers:
             new = owner._buffers.get(key)
             if new is not None and new is not old:
-                torch.utils.swap_tensors(old, new)  # type: ignore[no-untyped-call]
+                torch.utils.swap_tensors(old, new)  # type: ignore[no-untyped-call]  # torch.utils.swap_tensors is untyped
                 owner._buffers[key] = old
         self.report.add("Module.to('cuda')", REDIRECTED, f"{self.target}, keeping every Parameter and buffer object")
         return result
@@ -282,7 +283,7 @@ class Redirect:
         def module_cuda(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
             redirect.report.add("Module.cuda()", REDIRECTED, target)
             where = redirect.device_at(None) if device is None else redirect.device(device, True, "Module.cuda()")
-            return redirect.keep_identity(self, lambda: to_module(self, where))  # type: ignore[no-any-return]
+            return redirect.keep_identity(self, lambda: to_module(self, where))  # type: ignore[no-any-return]  # the original Module.to, untyped, returns the module
 
         self.patches.set(torch.Tensor, "cuda", tensor_cuda)
         self.patches.set(torch.nn.Module, "cuda", module_cuda)
@@ -352,6 +353,47 @@ class Redirect:
         self.patches.restore()
 
 
+def _device_type(device: Any) -> str | None:
+    """The type a device argument names (``"xla"`` for ``"xla:0"`` or ``torch.device("xla", 0)``), or None."""
+    if isinstance(device, torch.device):
+        return device.type
+    if isinstance(device, str):
+        return device.partition(":")[0]
+    return None
+
+
+@picklable
+class GeneratorType(StandInType):
+    """Metaclass of the script's ``torch.Generator``: the stand-in maps ``device="cuda"``; a subclass is torch's.
+
+    A class the script derives from the stand-in (``class Seeded(torch.Generator)``) is made a subclass of
+    torch's own Generator whose ``device="cuda"`` is mapped, so its methods, ``isinstance`` and pickling are
+    what they are on CPU torch.
+    """
+
+    native: type
+    mapped: type
+    to_device: Callable[[Any], Any]
+
+    def __new__(mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> Any:
+        if any(isinstance(base, GeneratorType) for base in bases):
+            real = tuple(base.mapped if isinstance(base, GeneratorType) else base for base in bases)
+            return type(name, real, namespace, **kwargs)
+        return super().__new__(mcls, name, bases, namespace, **kwargs)
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, cls.native)
+
+    def __subclasscheck__(cls, other: type) -> bool:
+        return issubclass(other, cls.native)
+
+    def __call__(cls, device: Any = "cpu") -> Any:
+        return cls.native(device=cls.to_device(device))
+
+    def __getattr__(cls, name: str) -> Any:
+        return getattr(cls.native, name)
+
+
 def _generator_type(redirect: Redirect) -> type:
     """``torch.Generator`` that makes ``Generator(device="cuda")`` on the selected device (the host on lazy devices).
 
@@ -360,20 +402,30 @@ def _generator_type(redirect: Redirect) -> type:
     native = torch._C.Generator
     where = torch.device("cpu") if redirect.lazy else redirect.target  # XLA has no device generators
 
-    class GeneratorType(type):
-        def __instancecheck__(cls, obj: object) -> bool:
-            return isinstance(obj, native)
+    def to_device(device: Any) -> Any:
+        mapped = redirect.device(device, call="torch.Generator(device='cuda')")
+        if mapped is not device:
+            return where
+        if redirect.lazy and _device_type(device) == redirect.target.type:
+            # torch_xla has no device generators ("XLA device type not an accelerator"): a CPU one, seeded the same
+            redirect.report.add(f"torch.Generator(device={redirect.target.type!r})", REDIRECTED, "a CPU generator")
+            return where
+        return device
 
-        def __subclasscheck__(cls, other: type) -> bool:
-            return issubclass(other, native)
+    class Generator(native):  # type: ignore[misc,valid-type]  # a base chosen at run time (torch's own Generator)
+        """torch's Generator with ``device="cuda"`` mapped: the base of a script's Generator subclasses."""
 
-        def __call__(cls, device: Any = "cpu") -> Any:
-            mapped = redirect.device(device, call="torch.Generator(device='cuda')")
-            if mapped is not device:
-                mapped = where
-            return native(device=mapped)
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            if args:
+                args = (to_device(args[0]), *args[1:])
+            if "device" in kwargs:
+                kwargs["device"] = to_device(kwargs["device"])
+            return native.__new__(cls, *args, **kwargs)
 
-        def __getattr__(cls, name: str) -> Any:
-            return getattr(native, name)
-
-    return GeneratorType("Generator", (), {"__module__": "torch", "__doc__": native.__doc__})
+    Generator.__module__ = "torch"
+    namespace = {"__module__": "torch", "__doc__": native.__doc__, WHERE: "torch:Generator"}
+    made: type = GeneratorType("Generator", (), namespace)
+    type.__setattr__(made, "native", native)
+    type.__setattr__(made, "mapped", Generator)
+    type.__setattr__(made, "to_device", staticmethod(to_device))
+    return made

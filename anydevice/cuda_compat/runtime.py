@@ -10,7 +10,9 @@
   in the script's view of torch.
 * **amp**: ``torch.autocast("cuda")``, ``torch.cuda.amp``, ``GradScaler("cuda")`` -> the device's type.
 * **distributed**: ``init_process_group("nccl")`` -> the device's backend (the script's view of
-  ``torch.distributed``); DDP ``device_ids`` where it takes them.
+  ``torch.distributed``), with the reduce ops that backend lacks translated (``ReduceOp.AVG`` as SUM then a
+  divide); DDP ``device_ids`` where it takes them; ``DeviceMesh("cuda")``/``init_device_mesh("cuda")`` -> a
+  mesh of the device's type (DTensor, tensor parallelism).
 * **share_memory** of a tensor on a device whose tensors cannot live in shared host memory (xla): a
   clear refusal at the call instead of torch's raw error.
 
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +38,29 @@ from anydevice.errors import UnsupportedDeviceFunctionError
 AUTOCAST_QUERIES = ("get_autocast_dtype", "is_autocast_enabled")
 PILE_UP = 16
 """Backward passes traced without a step boundary before the lazy-device warning."""
+
+
+def at_user_line(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` (torch's original, from a wrapper called by user code); a warning it shows at the wrapper's line
+    is shown at the user's line instead (torch's ``stacklevel=2`` names its caller: the wrapper).
+
+    Only the display is rewritten (``warnings.showwarning`` for the call): the filters and their once-per-place
+    registries are left alone, so no other warning of the program is shown again because of it.
+    """
+    user = sys._getframe(2)  # at_user_line <- wrapper <- user code
+    previous = warnings.showwarning
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if filename == __file__:
+            filename, lineno, line = user.f_code.co_filename, user.f_lineno, None
+        previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if warnings.showwarning is show:
+            warnings.showwarning = previous
 
 
 def install_pinned_memory(r: Redirect) -> None:
@@ -95,7 +122,7 @@ def _unfused(r: Redirect, cls: type, init: Any, optimizers: Any) -> Any:
     def optimizer_init(self: Any, *args: Any, **kwargs: Any) -> None:
         trial = r.target.type in optimizers.trying  # the support check's own fused step
         if not kwargs.get("fused") or trial:
-            return init(self, *args, **kwargs)  # type: ignore[no-any-return]
+            return init(self, *args, **kwargs)  # type: ignore[no-any-return]  # the wrapped __init__ is untyped
         params = list(args[0] if args else kwargs.pop("params"))  # a generator is read once: pass the list on
         args = (params, *args[1:])
         on_target = r.target.type in _devices_of(params)  # parameters on the CPU keep torch's fused CPU kernels
@@ -168,6 +195,26 @@ def compile_view(r: Redirect) -> dict[str, Any]:
     return view
 
 
+def lazy_view(r: Redirect) -> dict[str, Any]:
+    """On a lazy device, the script's ``torch.inference_mode()`` is ``torch.no_grad()`` (torch_xla's tensors cannot be
+    inference tensors: "Cannot set version_counter for inference tensor"); the numbers are the same, as no grad is kept."""
+    if not r.lazy:
+        return {}
+    original = torch.inference_mode
+
+    @functools.wraps(original)
+    def inference_mode(mode: Any = True) -> Any:
+        if not isinstance(mode, bool):  # @torch.inference_mode without parentheses
+            r.report.add("torch.inference_mode()", REDIRECTED, f"torch.no_grad() ({r.name} has no inference tensors)")
+            return torch.no_grad()(mode)
+        if not mode:
+            return original(False)
+        r.report.add("torch.inference_mode()", REDIRECTED, f"torch.no_grad() ({r.name} has no inference tensors)")
+        return torch.no_grad()
+
+    return {"inference_mode": inference_mode}
+
+
 def _on_device(model: Any, device_type: str) -> bool:
     """Whether ``model`` is a module whose parameters are on ``device_type`` (what inductor cannot compile)."""
     if not isinstance(model, torch.nn.Module):
@@ -185,7 +232,7 @@ def install_amp(r: Redirect) -> None:
     def autocast_init_redirected(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
         if device_type == CUDA:
             r.report.add("torch.autocast('cuda')", REDIRECTED, f"torch.autocast({target!r})")
-        autocast_init(self, r.device_type(device_type), *args, **kwargs)
+        at_user_line(autocast_init, self, r.device_type(device_type), *args, **kwargs)
 
     r.patches.set(autocast, "__init__", functools.wraps(autocast_init)(autocast_init_redirected))
     scaler = torch.amp.grad_scaler.GradScaler
@@ -194,7 +241,7 @@ def install_amp(r: Redirect) -> None:
     def scaler_init_redirected(self: Any, device: str = CUDA, *args: Any, **kwargs: Any) -> None:
         if device == CUDA:
             r.report.add("GradScaler('cuda')", REDIRECTED, f"GradScaler({target!r})")
-        scaler_init(self, r.device_type(device), *args, **kwargs)
+        at_user_line(scaler_init, self, r.device_type(device), *args, **kwargs)
 
     r.patches.set(scaler, "__init__", functools.wraps(scaler_init)(scaler_init_redirected))
 
@@ -239,7 +286,7 @@ def install_distributed(r: Redirect) -> None:
         r.report.add("dist.is_nccl_available()", REDIRECTED, f"whether {r.dist_backend!r} is available")
         return bool(dist.is_backend_available(r.dist_backend))
 
-    view = {"init_process_group": init_process_group, "is_nccl_available": is_nccl_available}
+    view = {"init_process_group": init_process_group, "is_nccl_available": is_nccl_available, **_reductions(r, dist)}
     r.scope.add_view(dist, view)
     ddp_init = DistributedDataParallel.__init__
 
@@ -251,9 +298,92 @@ def install_distributed(r: Redirect) -> None:
             device_ids = [r.device(d, ints=True) for d in device_ids] if r.indexed else None
         if output_device is not None:
             output_device = r.device(output_device, ints=True) if r.indexed else None
-        ddp_init(self, module, device_ids, output_device, *args, **kwargs)
+        at_user_line(ddp_init, self, module, device_ids, output_device, *args, **kwargs)
 
     r.patches.set(DistributedDataParallel, "__init__", functools.wraps(ddp_init)(ddp_init_redirected))
+    _device_mesh(r)
+
+
+def _device_mesh(r: Redirect) -> None:
+    """``init_device_mesh("cuda", ...)``/``DeviceMesh("cuda", ...)`` -> a mesh of the selected device's type (DTensor and
+    tensor parallelism take the type from the mesh, so torch's own code never reaches CUDA's ``set_device``)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    mesh_init = DeviceMesh.__init__
+    target = r.target.type
+
+    def mesh_init_redirected(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
+        if device_type == CUDA:
+            r.report.add("DeviceMesh('cuda')", REDIRECTED, f"DeviceMesh({target!r})")
+        at_user_line(mesh_init, self, r.device_type(device_type), *args, **kwargs)
+
+    r.patches.set(DeviceMesh, "__init__", functools.wraps(mesh_init)(mesh_init_redirected))
+
+
+REDUCTIONS = {"all_reduce": 0, "reduce": 0, "reduce_scatter_tensor": 0, "reduce_scatter": 0}
+"""Collectives with an ``op=`` (the script's view): position of the tensor whose result is divided for an average."""
+
+
+def _reductions(r: Redirect, dist: Any) -> dict[str, Callable[..., Any]]:
+    """``ReduceOp.AVG`` where the renamed backend lacks it (``Collectives.lacking_reduce_ops``; torch_xla's): SUM, then a divide.
+
+    Any other op the backend lacks is refused at the call, naming the backend and the ops it has.
+    """
+    lacking = r.backend.shims.collectives.lacking_reduce_ops
+    if not lacking:
+        return {}
+    view: dict[str, Callable[..., Any]] = {}
+
+    def lacked(op: Any) -> str | None:
+        return next((name for name in sorted(lacking) if op == getattr(dist.ReduceOp, name, None)), None)
+
+    def translated(name: str, collective: Callable[..., Any]) -> Callable[..., Any]:
+        parameters = list(inspect.signature(collective).parameters)
+        op_at, group_at = parameters.index("op"), parameters.index("group")
+        result_at = REDUCTIONS[name]
+
+        @functools.wraps(collective)
+        def reduction(*args: Any, **kwargs: Any) -> Any:
+            op = kwargs.get("op", args[op_at] if len(args) > op_at else None)
+            missing = lacked(op)
+            if missing is None:
+                return collective(*args, **kwargs)
+            if missing != "AVG":
+                reason = f"the {r.dist_backend!r} process group has no ReduceOp.{missing}"
+                r.report.add(f"dist.{name}(op=ReduceOp.{missing})", REFUSED, reason)
+                raise UnsupportedDeviceFunctionError(f"torch.distributed.{name}(op=ReduceOp.{missing})", r.name, reason)
+            if len(args) > op_at:
+                args = (*args[:op_at], dist.ReduceOp.SUM, *args[op_at + 1 :])
+            else:
+                kwargs["op"] = dist.ReduceOp.SUM
+            how = f"ReduceOp.SUM, then a divide by the group size ({r.dist_backend!r})"
+            r.report.add(f"dist.{name}(op=ReduceOp.AVG)", REDIRECTED, how)
+            work = collective(*args, **kwargs)
+            if work is not None:
+                work.wait()
+            group = kwargs.get("group", args[group_at] if len(args) > group_at else None)
+            if name == "reduce" and not _is_destination(dist, group, args, kwargs):
+                return work  # only the destination receives the reduction
+            result = args[result_at] if args else kwargs[parameters[result_at]]
+            for tensor in result if isinstance(result, (list, tuple)) else [result]:
+                tensor.div_(dist.get_world_size(group))
+            return work
+
+        return reduction
+
+    for name in REDUCTIONS:
+        collective = getattr(dist, name, None)
+        if collective is not None:
+            view[name] = translated(name, collective)
+    return view
+
+
+def _is_destination(dist: Any, group: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether this rank is ``dist.reduce``'s destination (``dst``, a global rank, or ``group_dst``)."""
+    if kwargs.get("group_dst") is not None:
+        return bool(dist.get_rank(group) == kwargs["group_dst"])
+    dst = kwargs.get("dst", args[1] if len(args) > 1 else None)
+    return dst is None or dist.get_rank() == dst
 
 
 def install_share_memory(r: Redirect) -> None:
@@ -273,7 +403,7 @@ def install_share_memory(r: Redirect) -> None:
         if self.device.type == device_type:
             r.report.add("Tensor.share_memory_()", REFUSED, reason)
             raise UnsupportedDeviceFunctionError("Tensor.share_memory_() (model.share_memory())", r.name, reason, fix)
-        return share(self)  # type: ignore[no-untyped-call,no-any-return]
+        return share(self)  # type: ignore[no-untyped-call,no-any-return]  # the original share_memory_ is untyped
 
     r.patches.set(torch.Tensor, "share_memory_", share_memory_)
 

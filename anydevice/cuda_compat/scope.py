@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -161,6 +162,8 @@ class ImportHook:
     Installed at interpreter start by the start-up hook (or at enable): it costs one dict lookup per
     import statement. ``on_torch`` runs once, the first time a non-internal module imports ``torch``
     after torch is loaded (that is where cuda-compat enables itself); ``scope`` is set once enabled.
+    One answer for every thread: a thread that imports torch while another runs ``on_torch`` waits for
+    its outcome (a thread pool importing the script's modules at start-up gets the view in each).
     """
 
     def __init__(self, on_torch: Callable[[], Scope | None]) -> None:
@@ -168,6 +171,17 @@ class ImportHook:
         self.on_torch = on_torch
         self.scope: Scope | None = None
         self.waiting = True
+        self.deciding = threading.RLock()  # re-entrant: on_torch's own imports of torch pass through
+
+    def decide(self) -> Scope | None:
+        """Run ``on_torch`` once (every thread waits for it); the scope it made, or None."""
+        with self.deciding:
+            if self.scope is None and self.waiting:
+                self.waiting = False
+                scope = self.on_torch()
+                if scope is not None:
+                    self.scope = scope
+            return self.scope
 
     def __call__(
         self,
@@ -183,10 +197,9 @@ class ImportHook:
         importer = globals.get("__name__") if globals is not None else None
         scope = self.scope
         if scope is None:
-            if not self.waiting or is_internal(importer) or not torch_loaded():
+            if is_internal(importer) or not torch_loaded():
                 return module
-            self.waiting = False
-            scope = self.on_torch()
+            scope = self.decide()  # waits while another thread decides
             if scope is None:
                 return module
         if scope.later and name in scope.later:

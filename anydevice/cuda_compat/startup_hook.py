@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 VARIABLE = "ANYDEVICE_CUDA_COMPAT"
-_said: set[str] = set()
 
 
 def exempted() -> bool:
@@ -16,27 +14,11 @@ def exempted() -> bool:
     return bool(getattr(startup, "exempted", False))
 
 
-def _say(line: str) -> None:
-    if line in _said:
-        return
-    _said.add(line)
-    try:
-        sys.stderr.write(f"anydevice: {line}\n")
-    except (OSError, ValueError, AttributeError):  # closed or missing stderr: nothing to say it on
-        pass
-
-
 def requested() -> bool:
-    """Whether ``ANYDEVICE_CUDA_COMPAT`` asks for cuda-compat; a value that is not yes/no is said once and means off."""
+    """Whether ``ANYDEVICE_CUDA_COMPAT`` asks for cuda-compat; a value that is not yes/no raises :class:`AnyDeviceError`."""
     from anydevice import settings
-    from anydevice.errors import AnyDeviceError
 
-    try:
-        return bool(settings.ANYDEVICE_CUDA_COMPAT.flag())
-    except AnyDeviceError as exc:
-        raw = os.environ.get(VARIABLE, "")
-        _say(f"{VARIABLE}={raw!r} is not a yes/no value (1 or 0); cuda-compat is off. {exc.hint or ''}".strip())
-        return False
+    return bool(settings.ANYDEVICE_CUDA_COMPAT.flag())
 
 
 def _anydevice_is_running() -> bool:
@@ -51,7 +33,12 @@ def _anydevice_is_running() -> bool:
 
 
 def _on_torch() -> Any:
-    """Enable cuda-compat (the import hook's first non-internal ``import torch``); never raises into the import."""
+    """Enable cuda-compat (the import hook's first non-internal ``import torch``).
+
+    A device that cannot be selected (``ANYDEVICE`` that does not parse, a device that is not usable) is
+    raised into the script's ``import torch``: cuda-compat was asked for, so running without it would be a
+    silent fallback.
+    """
     from anydevice.cuda_compat.scope import installed_hook
 
     hook = installed_hook()
@@ -61,31 +48,46 @@ def _on_torch() -> Any:
         if hook is not None:
             hook.waiting = True  # the script's next import of torch enables it
         return None
-    try:
-        from anydevice.cuda_compat import control
+    from anydevice.cuda_compat import control
 
-        control.enable()
-        active = control._active
-    except Exception as exc:  # said on stderr: the script's import of torch must go on
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        _say(f"cuda-compat could not take effect: {first}; torch is untouched.")
-        return None
+    control.enable()
+    active = control._active
     return active.scope if active is not None else None
+
+
+def _refuse(error: Exception) -> Any:
+    """An ``on_torch`` that raises ``error`` (a bad ``ANYDEVICE_CUDA_COMPAT``) at the script's first ``import torch``."""
+
+    def on_torch() -> Any:
+        if exempted():
+            return None
+        raise error
+
+    return on_torch
 
 
 def install() -> None:
     """Enable cuda-compat at the script's first ``import torch``, or now if torch is imported already.
 
-    The ``.pth`` line calls this at interpreter start; ``import anydevice.cuda_compat`` calls it too.
+    The ``.pth`` line calls this at interpreter start; ``import anydevice.cuda_compat`` calls it too. A value
+    of ``ANYDEVICE_CUDA_COMPAT`` that is not yes/no is raised at the script's first ``import torch`` (not at
+    interpreter start, where every Python program of the environment would die of it).
     """
-    if exempted() or not requested():
+    from anydevice.errors import AnyDeviceError
+
+    if exempted():
         return
+    on_torch = _on_torch
+    try:
+        if not requested():
+            return
+    except AnyDeviceError as exc:
+        on_torch = _refuse(exc)
     from anydevice.cuda_compat.scope import ImportHook, installed_hook, torch_loaded
 
     if installed_hook() is None:
-        ImportHook(_on_torch).install()
+        ImportHook(on_torch).install()
     if torch_loaded() and not _anydevice_is_running():
         hook = installed_hook()
-        if hook is not None and hook.scope is None and hook.waiting:
-            hook.waiting = False
-            hook.scope = _on_torch()
+        if hook is not None:
+            hook.decide()

@@ -13,7 +13,7 @@ the real ones and is never affected. In the ``torch.cuda`` view each public name
 
 CUDA's own implementation is never called from the view, and every answer is the same for every
 caller of the view: no frame is read. ``torch.accelerator``'s view says the selected device is the
-accelerator. Exceptions (``torch.cuda.OutOfMemoryError``) are kept.
+accelerator (on a host device it is torch's own: no accelerator). Exceptions (``torch.cuda.OutOfMemoryError``) are kept.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ import torch
 from anydevice.cuda_compat.host_types import HostQueue, host_types, legacy_tensor_types, refused_type
 from anydevice.cuda_compat.migration_report import REDIRECTED, REFUSED
 from anydevice.cuda_compat.redirect import CUDA, Redirect
+from anydevice.cuda_compat.stand_ins import WHERE, stand_in
 from anydevice.errors import UnsupportedDeviceFunctionError
 
 MAPPED = (
     "synchronize", "manual_seed", "manual_seed_all",
-    "get_device_name", "get_device_properties", "memory_stats", "memory_allocated", "max_memory_allocated",
+    "get_device_name", "memory_stats", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "init", "is_bf16_supported",
 )  # fmt: skip
 """``torch.cuda`` names answered by ``ad.device_module()``."""
@@ -87,9 +88,17 @@ REFUSED_TYPES = {
     "cudaStatus": "no CUDA runtime",
 }
 REASONS = {
-    "get_device_capability": "there is no CUDA compute capability; ask torch.cuda.is_bf16_supported() for bf16",
     "mem_get_info": "the device reports no free/total memory pair",
 }
+CAPABILITY = (0, 0)
+"""``get_device_capability()`` (and ``get_device_properties().major/minor``) on a device without CUDA.
+
+There is no CUDA compute capability; (0, 0) is below every CUDA architecture, so the checks frameworks make
+after ``is_available()`` (Lightning's ``_is_ampere_or_later``, transformers' TF32 check, Accelerate's
+bf16/fp8 checks, flash-attention gates) select no CUDA-only path and go on. bf16 is asked of
+``torch.cuda.is_bf16_supported()``, which answers for the device.
+"""
+CAPABILITY_WHY = "no CUDA compute capability: (0, 0) selects no CUDA-only path (TF32, tensor-core dtypes, CUDA kernels)"
 NVTX = {"range_push": 0, "range_pop": 0, "range_start": 0, "range_end": None, "mark": None}
 
 
@@ -113,7 +122,9 @@ def cuda_view(r: Redirect) -> dict[str, Any]:
     done: set[str] = set()
 
     def put(name: str, value: Any) -> None:
-        view[name] = value
+        if isinstance(value, type) and WHERE not in value.__dict__:
+            type.__setattr__(value, WHERE, f"torch.cuda:{name}")
+        view[name] = stand_in(value, f"torch.cuda:{name}")  # pickles as the real torch.cuda.<name>
         done.add(name)
 
     for name in MAPPED:
@@ -121,6 +132,8 @@ def cuda_view(r: Redirect) -> dict[str, Any]:
     for name, target in ALIASES.items():
         put(name, _mapped(r, f"torch.cuda.{name}()", target))
     for name, fn in _questions(r, "torch.cuda").items():
+        put(name, fn)
+    for name, fn in _hardware_questions(r).items():
         put(name, fn)
     put(
         "is_initialized",
@@ -215,6 +228,68 @@ def _questions(r: Redirect, prefix: str) -> dict[str, Callable[..., Any]]:
     }
 
 
+class CompatProperties:
+    """``torch.cuda.get_device_properties()`` under cuda-compat: the device's, ``major``/``minor`` as :data:`CAPABILITY`."""
+
+    def __init__(self, properties: Any) -> None:
+        self._properties = properties
+        self.major, self.minor = CAPABILITY
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_properties"), name)
+
+    def __repr__(self) -> str:
+        return repr(self._properties)
+
+
+def _host_memory() -> tuple[int, int]:
+    """(available, total) host memory in bytes, as the kernel reports it."""
+    import os
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, total
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"), total
+
+
+def _hardware_questions(r: Redirect) -> dict[str, Callable[..., Any]]:
+    """The questions CUDA frameworks ask after ``is_available()``: capability, properties, free memory (docs/integrations.md)."""
+    properties = r.module.get_device_properties
+
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
+        return tuple(r.neutral("torch.cuda.get_device_capability()", CAPABILITY, CAPABILITY_WHY))  # type: ignore[return-value]  # a 2-tuple
+
+    def get_device_properties(device: Any = None) -> Any:
+        where = f"ad.device_module() on {r.name}; major.minor {CAPABILITY}"
+        r.report.add("torch.cuda.get_device_properties()", REDIRECTED, where)
+        return CompatProperties(properties() if device is None else properties(device))
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        if r.host:
+            free, total = _host_memory()
+            r.report.add("torch.cuda.mem_get_info()", REDIRECTED, f"host memory (available, total) on {r.name}")
+            return free, total
+        try:
+            total = int(properties().total_memory)
+            used = int(r.module.memory_reserved())
+        except UnsupportedDeviceFunctionError as exc:
+            r.report.add("torch.cuda.mem_get_info()", REFUSED, exc.reason)
+            raise
+        r.report.add("torch.cuda.mem_get_info()", REDIRECTED, f"{r.name}'s total memory less what anydevice sees reserved")
+        return total - used, total
+
+    return {
+        "get_device_capability": get_device_capability,
+        "get_device_properties": get_device_properties,
+        "mem_get_info": mem_get_info,
+    }
+
+
 def _neutral(r: Redirect, name: str, value: Any, why: str) -> Callable[..., Any]:
     call = f"torch.cuda.{name}()"
 
@@ -301,7 +376,7 @@ def _streams(r: Redirect, put: Callable[[str, Any], None]) -> None:
         if isinstance(stream, host_stream):
             r.neutral("Tensor.record_stream()", None, f"{r.name} runs one in-order queue")
             return None
-        return record_stream(self, stream)  # type: ignore[no-any-return]
+        return record_stream(self, stream)  # type: ignore[no-any-return]  # the original record_stream is untyped
 
     r.patches.set(torch.Tensor, "record_stream", record_stream_on_queue)
 
@@ -338,9 +413,14 @@ ACCELERATOR = {
 
 
 def accelerator_view(r: Redirect) -> dict[str, Any]:
-    """What the script's ``torch.accelerator`` holds: the selected device is the accelerator."""
+    """What the script's ``torch.accelerator`` holds: the selected device is the accelerator, as torch says.
+
+    On a host device (cpu) torch reports no accelerator, and so does the view (nothing is overridden): a
+    device-agnostic program ("bf16 autocast when there is an accelerator") computes bit for bit what it
+    computes without cuda-compat. On an accelerator (xla, tpu, ...) the view reports the selected one.
+    """
     acc = getattr(torch, "accelerator", None)
-    if acc is None:
+    if acc is None or r.host:
         return {}
     device_type = r.target.type
 
@@ -359,7 +439,11 @@ def accelerator_view(r: Redirect) -> dict[str, Any]:
     answers["set_device_index"] = answers["set_device_idx"] = asked["set_device"]
     for name, target in ACCELERATOR.items():
         answers.setdefault(name, _mapped(r, f"torch.accelerator.{name}()", target))
-    return {name: functools.wraps(getattr(acc, name))(fn) for name, fn in answers.items() if hasattr(acc, name)}
+    return {
+        name: stand_in(functools.wraps(getattr(acc, name))(fn), f"torch.accelerator:{name}")
+        for name, fn in answers.items()
+        if hasattr(acc, name)
+    }
 
 
 def get_device_module_view(r: Redirect, cuda: Any) -> Callable[..., Any]:
@@ -372,6 +456,8 @@ def get_device_module_view(r: Redirect, cuda: Any) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def get_device_module(device: Any = None) -> Any:
+        if device is None and r.host:
+            return original()  # no accelerator on a host device: torch's own answer
         kind = r.target.type if device is None else torch.device(device).type if isinstance(device, (str, torch.device)) else None
         if kind == CUDA:
             return cuda

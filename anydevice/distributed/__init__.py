@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from anydevice import settings
+from anydevice.distributed import joining
 from anydevice.distributed import slurm as slurm_env
 from anydevice.errors import DistributedError, UnsupportedFeatureError
 from anydevice.runtime.backend import current
@@ -77,7 +78,10 @@ def _env_store(dist: Any, rank: int, world: int, timeout: Any) -> dict[str, Any]
         return {"init_method": "env://"}
     extra = {"timeout": timeout} if timeout is not None else {}
     store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world, **extra))
-    return {"store": dist.PrefixStore(f"anydevice/attempt-{attempt}/", store)}
+    prefixed = dist.PrefixStore(f"anydevice/attempt-{attempt}/", store)
+    seconds = timeout.total_seconds() if timeout is not None else 1800.0  # torch's default process-group timeout
+    joining.wait_for_peers(prefixed, rank, world, seconds)  # a peer that ended without joining is said at once
+    return {"store": prefixed}
 
 
 def init(timeout_s: float | None = None) -> None:
@@ -287,6 +291,10 @@ def parallelize(model: Any, plan: Mapping[str, str] | str = "auto", mesh: Any = 
     ``Collectives.tensor_parallel`` picks the lowering: DTensor ``parallelize_module`` (one process per
     rank) or torch_xla SPMD ``mark_sharding`` (one process, every device). The plan, the degrees and
     the split dimensions are checked before any process group or compile.
+
+    Tied weights (one Parameter in two modules, ``tie_word_embeddings=True``) stay one Parameter:
+    an explicit plan must split every owner on the same dimension (else the pair is named and
+    refused); ``"auto"`` leaves a tied pair whose entries disagree replicated.
     """
     lowering = _lowering()
     rules = lowering.expand(model, plan)
@@ -294,7 +302,7 @@ def parallelize(model: Any, plan: Mapping[str, str] | str = "auto", mesh: Any = 
     lowering.check(model, rules, degrees)
     if mesh is None:
         mesh = _named_mesh(lowering, degrees)
-    model = model.to(current().shims.placement.device())
+    model = current().shims.placement.move(model)  # keeps every Parameter object: tied weights stay tied
     model = lowering.parallelize(model, rules, mesh)
     _meshes[model] = mesh
     return model
@@ -313,7 +321,8 @@ def mesh_degrees(mesh: Any) -> dict[str, int]:
 def shard_batch(batch: torch.Tensor, mesh: Any) -> torch.Tensor:
     """The part of the global ``batch`` this process feeds: its ``dp`` slice of dim 0 (one process per rank),
     or on XLA SPMD the whole batch on the device, sharded on ``dp``."""
-    return _lowering().shard_batch(batch, mesh)  # type: ignore[no-any-return]
+    sharded: torch.Tensor = _lowering().shard_batch(batch, mesh)
+    return sharded
 
 
 def _named_mesh(lowering: Any, degrees: dict[str, int]) -> Any:

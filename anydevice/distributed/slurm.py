@@ -1,7 +1,9 @@
 """SLURM tasks as one process group: what ``srun`` sets, read as a launcher's rendezvous environment.
 
-A script started by ``srun`` has ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``,
-``SLURM_NODELIST`` and ``SLURM_JOB_ID`` but none of torchrun's variables. :func:`srun_task` reads
+A script started by ``srun`` has ``SLURM_STEP_ID``, ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``,
+``SLURM_NODELIST`` and ``SLURM_JOB_ID`` but none of torchrun's variables. The batch script itself (``sbatch``
+without ``srun``) has ``SLURM_PROCID=0`` and the job's ``SLURM_NTASKS`` but no ``SLURM_STEP_ID``: it is not a task,
+and a process there is a world of one. :func:`srun_task` reads
 them into an :class:`SrunTask` (rank, world size, local rank, the first node of the node list as the
 master address, a port derived from the job id); :mod:`anydevice.distributed` and ``anydevice run``
 use it when no launcher set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``. ``MASTER_ADDR``/``MASTER_PORT``
@@ -22,6 +24,8 @@ PORT_BASE, PORT_SPAN = 15000, 15000
 """The derived port is ``PORT_BASE + job_id % PORT_SPAN``: below Linux's ephemeral range, the same on every task."""
 _TORCHRUN = (settings.RANK, settings.WORLD_SIZE, settings.LOCAL_RANK)
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+MAX_NODES = 1_000_000
+"""A node list naming more hosts than this is refused (the largest machines have about 160,000 nodes)."""
 _FIX = "Start the tasks with srun inside an allocation (sbatch/salloc), or unset the stray SLURM_* variables."
 
 
@@ -62,6 +66,8 @@ def expand_nodelist(text: str) -> list[str]:
     hosts: list[str] = []
     for entry in _split_top_level(text):
         hosts.extend(_expand_entry(entry, text))
+        if len(hosts) > MAX_NODES:
+            raise DistributedError(f"SLURM_NODELIST={text!r} names more than the {MAX_NODES} nodes a node list may name.", _FIX)
     if not hosts:
         raise DistributedError(f"SLURM_NODELIST={text!r} names no node.", _FIX)
     return hosts
@@ -95,6 +101,12 @@ def _expand_entry(entry: str, text: str) -> list[str]:
         if not literal and not group:
             continue
         options = [literal + n for n in _expand_group(group, text)] if group else [literal]
+        if len(names) * len(options) > MAX_NODES:
+            raise DistributedError(
+                f"SLURM_NODELIST={text!r}: {entry} names {len(names) * len(options)} or more nodes, more than the "
+                f"{MAX_NODES} a node list may name.",
+                _FIX,
+            )
         names = [name + option for name in names for option in options]
     return names
 
@@ -110,6 +122,12 @@ def _expand_group(group: str, text: str) -> list[str]:
         if int(high) < int(low):
             raise DistributedError(f"SLURM_NODELIST={text!r}: the range {part} runs backwards.", _FIX)
         width = len(low) if low.startswith("0") else 0
+        if int(high) - int(low) + 1 + len(numbers) > MAX_NODES:
+            raise DistributedError(
+                f"SLURM_NODELIST={text!r}: the range {part.strip()} names {int(high) - int(low) + 1} nodes, more than the "
+                f"{MAX_NODES} a node list may name.",
+                _FIX,
+            )
         numbers.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
     return numbers
 
@@ -140,12 +158,18 @@ def _local_world_size(node_count: int) -> int | None:
     return int(fixed) if fixed.isascii() and fixed.isdigit() and int(fixed) > 0 else None
 
 
+def in_batch_step() -> bool:
+    """Inside a SLURM job but not in an srun step: the batch script itself (``SLURM_PROCID`` without ``SLURM_STEP_ID``)."""
+    return settings.SLURM_PROCID.get() is not None and settings.SLURM_STEP_ID.get() is None
+
+
 def srun_task() -> SrunTask | None:
-    """This process's :class:`SrunTask`, or None when it is not an srun task or a launcher already set torchrun's variables.
+    """This process's :class:`SrunTask`, or None when it is not an srun task (the batch script: no ``SLURM_STEP_ID``)
+    or a launcher already set torchrun's variables.
 
     Raises :class:`~anydevice.errors.DistributedError` naming the variable for a bad SLURM value.
     """
-    if settings.SLURM_PROCID.get() is None or any(s.get() is not None for s in _TORCHRUN):
+    if settings.SLURM_PROCID.get() is None or in_batch_step() or any(s.get() is not None for s in _TORCHRUN):
         return None
     rank, world, local = _int(settings.SLURM_PROCID), _int(settings.SLURM_NTASKS, 1), _int(settings.SLURM_LOCALID)
     if rank >= world:

@@ -97,7 +97,7 @@ def export(
     from anydevice.edge.host import check_model, host_copy, host_inputs
 
     recipe = litert.recipe(quantize)
-    destination = _check_destination(Path(path))
+    destination = check_destination(Path(path))
     check_model(model)
     inputs = host_inputs(example_inputs)
     versions = litert.require()
@@ -164,18 +164,25 @@ def _is_tflite(head: bytes) -> bool:
     return head[4:8] == b"TFL3"  # a TFLite / LiteRT flatbuffer's file identifier
 
 
-def _check_destination(path: Path) -> Path:
-    """Refuse, before any work, a path that is a directory or a file other than an earlier ``.tflite``."""
-    if path.is_dir():
-        raise ExportError(f"Cannot export to {path}: it is a directory.", "Give a file path, e.g. model.tflite.")
-    if path.exists():
-        with path.open("rb") as handle:
-            head = handle.read(8)
-        if head and not _is_tflite(head):
-            raise ExportError(
-                f"Cannot export to {path}: a file that is not a LiteRT model is there; it was left as it was.",
-                "Move it away or choose another path.",
-            )
+def check_destination(path: Path) -> Path:
+    """Refuse, before any work, a path that is not a regular file (a directory, a FIFO, ``/dev/stdout`` on a pipe,
+    a device) or a file other than an earlier ``.tflite``; its type is judged before it is opened."""
+    from anydevice.errors import FileAccessError
+    from anydevice.files.safe_files import read_head
+
+    try:
+        head = read_head(path, 8, "export to")
+    except FileAccessError as exc:
+        raise ExportError(
+            str(exc).splitlines()[0],
+            "Give the path of a regular file, e.g. model.tflite: the model is written beside it and renamed into place, "
+            "which a pipe, a device or a directory cannot take.",
+        ) from None
+    if head and not _is_tflite(head):
+        raise ExportError(
+            f"Cannot export to {path}: a file that is not a LiteRT model is there; it was left as it was.",
+            "Move it away or choose another path.",
+        )
     return path
 
 

@@ -11,7 +11,7 @@ import importlib.util
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from anydevice.errors import ExportError
 
@@ -35,7 +35,7 @@ def load_model(source: Path, script: Path | None) -> tuple[Any, Any]:
             f"Pass --script PY, a file defining {HOOK}(checkpoint) -> (model, example_inputs) "
             "(examples/train.py for the main job's checkpoints).",
         )
-    import anydevice as ad
+    from anydevice import api as ad
 
     return _call_hook(script, ad.load(source))
 
@@ -63,4 +63,4 @@ def _load_hook(script: Path) -> Callable[[Any], Any]:
             f"{script} defines no {HOOK}().",
             f"Add def {HOOK}(checkpoint): ... return model, example_inputs (checkpoint is None for a script alone).",
         )
-    return hook  # type: ignore[no-any-return]
+    return cast("Callable[[Any], Any]", hook)

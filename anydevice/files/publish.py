@@ -259,7 +259,7 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any], *, accepts: Call
     try:
         with os.fdopen(os.dup(fd), "wb") as handle:
             recorder = _Recorder(handle)
-            write(recorder)  # type: ignore[arg-type]
+            write(recorder)  # type: ignore[arg-type]  # the recorder stands in for the file the writer expects
             recorder.flush()
             os.fsync(handle.fileno())
         os.rename(name, place.name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
@@ -301,39 +301,70 @@ def _write_in_place(place: Place, existing: os.stat_result, write: Callable[[IO[
 
     The new contents are staged in a temporary file first (``TMPDIR``), so the target is touched
     only once the serialization succeeded; a crash during the copy leaves it truncated, which
-    ``ad.load`` reports. A hard-linked file in a shared directory is refused.
+    ``ad.load`` reports. A hard-linked file is refused: rewriting it in place would change its other names too.
     """
-    import shutil
     import tempfile
 
-    if existing.st_nlink > 1 and place.shared():
-        raise CheckpointError(f"Cannot save {place.path}: it has other hard links in a directory other users write to.")
-    with tempfile.TemporaryFile() as staged:
+    if existing.st_nlink > 1:
+        others = existing.st_nlink - 1
+        raise CheckpointError(
+            f"Cannot save {place.path}: its directory cannot be written, so the file would be rewritten in place, but it "
+            f"has {others} other hard link{'s' if others > 1 else ''}, which would change with it; it was left as it was.",
+            f"Save to a directory you can write to, or make {place.directory} writable (ad.save then replaces the name "
+            "alone and the other links keep the old contents).",
+        )
+    staging = f"{place.path} (staged in {tempfile.gettempdir()})"
+    try:
+        staged = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close_quietly: a failed write must not fail twice
+    except OSError as exc:
+        raise save_error(staging, exc) from None
+    try:
         recorder = _Recorder(staged)
         try:
-            write(recorder)  # type: ignore[arg-type]
-            staged.flush()
+            write(recorder)  # type: ignore[arg-type]  # the recorder stands in for the file the writer expects
+            recorder.flush()
         except BaseException as exc:
             if recorder.error is not None:
-                raise save_error(f"{place.path} (staged in {tempfile.gettempdir()})", recorder.error) from exc
+                raise save_error(staging, recorder.error) from exc
             raise
         size = staged.tell()
         staged.seek(0)
+        _copy_over(place, staged, size)
+    finally:
+        close_quietly(staged)
+
+
+def _copy_over(place: Place, staged: IO[bytes], size: int) -> None:
+    """Copy ``size`` bytes of ``staged`` over the target's contents, locked, then fsync."""
+    import shutil
+
+    try:
+        fd = os.open(place.name, os.O_WRONLY | _NOFOLLOW | _CLOEXEC, dir_fd=place.fd)
+    except OSError as exc:
+        raise save_error(place.path, exc) from None
+    try:
+        lock(fd, wait=True)
+        target = os.fdopen(os.dup(fd), "wb")  # closed by close_quietly, as above
         try:
-            fd = os.open(place.name, os.O_WRONLY | _NOFOLLOW | _CLOEXEC, dir_fd=place.fd)
-        except OSError as exc:
-            raise save_error(place.path, exc) from None
-        try:
-            lock(fd, wait=True)
-            with os.fdopen(os.dup(fd), "wb") as target:
-                shutil.copyfileobj(staged, target, 1 << 20)
-                target.flush()
-                os.ftruncate(target.fileno(), size)
-                os.fsync(target.fileno())
-        except OSError as exc:
-            raise save_error(place.path, exc) from None
+            shutil.copyfileobj(staged, target, 1 << 20)
+            target.flush()
+            os.ftruncate(target.fileno(), size)
+            os.fsync(target.fileno())
         finally:
-            os.close(fd)
+            close_quietly(target)
+    except OSError as exc:
+        raise save_error(place.path, exc) from None
+    finally:
+        os.close(fd)
+
+
+def close_quietly(handle: IO[bytes]) -> None:
+    """Close a buffered file whose error is already being reported: a write that failed (a full disk) leaves bytes in
+    its buffer, and the close's flush would fail again and replace the error that says why (and with which file)."""
+    try:
+        handle.close()
+    except OSError:
+        pass
 
 
 def unlink_quietly(dir_fd: int, name: str) -> None:

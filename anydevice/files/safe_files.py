@@ -194,6 +194,47 @@ def _check_replaceable(place: Place, st: os.stat_result, ours: Recognise | None,
         )
 
 
+# -- judging a path before it is opened ---------------------------------------------------------------
+
+
+def existing_regular(path: str | os.PathLike[str], action: str) -> os.stat_result | None:
+    """What is at ``path`` (links followed) when it is a regular file, None when nothing is there.
+
+    Anything else (a FIFO, ``/dev/stdout`` on a pipe, a socket, a device, a directory) raises
+    :class:`FileAccessError` naming it, judged before any open: opening a FIFO blocks until a writer
+    comes, and a device may act or never end.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise FileAccessError(action, Path(path), os_cause(exc)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FileAccessError(action, Path(path), f"it is {kind(st)}, not a regular file; it was left as it was")
+    return st
+
+
+def read_head(path: str | os.PathLike[str], size: int, action: str) -> bytes:
+    """The first ``size`` bytes of the regular file ``path`` (b"" when nothing is there), type judged before opening."""
+    st = existing_regular(path, action)
+    if st is None:
+        return b""
+    try:
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC | _NONBLOCK)
+    except OSError as exc:
+        raise FileAccessError(action, Path(path), os_cause(exc)) from None
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+            raise FileAccessError(action, Path(path), "it was replaced while being opened")
+        return os.read(fd, size)
+    except OSError as exc:
+        raise FileAccessError(action, Path(path), os_cause(exc)) from None
+    finally:
+        os.close(fd)
+
+
 # -- reading ----------------------------------------------------------------------------------------
 
 

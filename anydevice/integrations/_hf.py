@@ -100,7 +100,7 @@ def patch(module: ModuleType) -> None:
         original(self)
         fix_optimizer(self)
 
-    __post_init__._anydevice = True  # type: ignore[attr-defined]
+    __post_init__.__dict__["_anydevice"] = True  # marks our patch (a function attribute mypy cannot see)
     cls.__post_init__ = __post_init__
 
 
@@ -146,7 +146,7 @@ def patch_from_pretrained(module: ModuleType) -> None:
             kwargs["device_map"] = auto_device_map()
         return original(klass, *args, **kwargs)
 
-    from_pretrained._anydevice = True  # type: ignore[attr-defined]
+    from_pretrained.__dict__["_anydevice"] = True  # marks our patch
     cls.from_pretrained = classmethod(from_pretrained)
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from anydevice import settings
@@ -268,9 +269,9 @@ def hide_other_platform_plugins(module: str, resolver: str, plugins_local: str, 
     and they are dropped from the detected ones. Nothing changes when no such frame is found or its
     locals do not look as expected (another engine version). Returns the names made inactive.
     """
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and not (frame.f_code.co_name == resolver and frame.f_globals.get("__name__") == module):
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     if frame is None:
         return []
     plugins, activated = frame.f_locals.get(plugins_local), frame.f_locals.get(activated_local)

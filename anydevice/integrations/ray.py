@@ -13,7 +13,9 @@
     result = trainer(loop, num_workers=4).fit()  # asks Ray for the device's resource per worker
 
 Pipelines with a device per stage (a Ray Data map on cpu, training on tpu, an inference actor pool
-on cuda) give each stage's workers :func:`stage` options (or ``trainer(device=...)``).
+on cuda) give each stage's workers :func:`stage` options (or ``trainer(device=...)``). Programs with
+roles (``ANYDEVICE_ROLES=trainer=xla,rollout=cpu``) start one actor group per role with
+:func:`role_groups`, after the pairings are checked (:func:`anydevice.runtime.roles.plan`).
 
 The driver resolves the device from its name alone (no detection, no vendor import) when
 ``ANYDEVICE`` (or ``device=``) names one, so a CPU-only head node can launch GPU or TPU workers;
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-FORWARDED = (settings.ANYDEVICE_PLUGINS, settings.ANYDEVICE_CACHE_DIR)
+FORWARDED = (settings.ANYDEVICE_PLUGINS, settings.ANYDEVICE_CACHE_DIR, settings.ANYDEVICE_ROLES)
 """Driver settings the workers inherit besides ``ANYDEVICE`` and the selected device's own (``DeviceSpec.settings``)."""
 
 
@@ -167,3 +169,43 @@ def trainer(
         **options,
     )
     return built
+
+
+def role_options(role: str, per_worker: float = 1) -> dict[str, Any]:
+    """Ray options for the actors of ``role``: its device's resource and environment (:func:`stage` of the role's device)."""
+    from anydevice.runtime.roles import resolve_role
+
+    options = stage(resolve_role(role).device, per_worker)
+    options["runtime_env"]["env_vars"][settings.ANYDEVICE_ROLES.name] = settings.ANYDEVICE_ROLES.get() or ""
+    return options
+
+
+def role_groups(
+    actors: dict[str, tuple[type, int]],
+    *,
+    weights_from: str | None = None,
+    one_host: bool = True,
+    per_worker: float = 1,
+    args: dict[str, tuple[Any, ...]] | None = None,
+) -> tuple[dict[str, list[Any]], Any]:
+    """One Ray actor group per role: ``{role: (ActorClass, count)}`` -> ``({role: [handles]}, plan)``.
+
+    The roles are resolved and their pairings checked before any actor starts (``one_host``: the groups
+    share one host, so two roles cannot share a device whose chip belongs to one process). Each group's
+    actors run with the role's ``ANYDEVICE`` and ask Ray for its resource; the plan names the weight sync
+    from ``weights_from`` to the other roles. ``args`` gives each role's constructor arguments.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise UnsupportedFeatureError(
+            f"Ray is not installed ({exc}).", "Install the extra: pip install 'anydevice[ray]'."
+        ) from exc
+    from anydevice.runtime.roles import plan
+
+    checked = plan(list(actors), one_host=one_host, weights_from=weights_from)
+    groups: dict[str, list[Any]] = {}
+    for role, (cls, count) in actors.items():
+        remote: Any = ray.remote(**role_options(role, per_worker))(cls)
+        groups[role] = [remote.remote(*(args or {}).get(role, ())) for _ in range(count)]
+    return groups, checked

@@ -122,7 +122,7 @@ def _refused_class() -> type:
     """An ``SRTPlatform`` whose construction raises anydevice's error (SGLang accepts only its subclasses)."""
     from sglang.srt.platforms.interface import SRTPlatform
 
-    class SelectionRefused(SRTPlatform):  # type: ignore[misc]
+    class SelectionRefused(SRTPlatform):  # type: ignore[misc]  # SGLang's platform class is untyped
         """The platform SGLang gets when the selection cannot be served: constructing it raises anydevice's error."""
 
         def __init__(self) -> None:

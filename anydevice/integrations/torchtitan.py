@@ -86,14 +86,14 @@ class Patched:
 
 def device_module() -> tuple[Any, str]:
     """The selected device's ``torch.cuda``-shaped module and where it came from."""
-    import anydevice as ad
+    from anydevice import api as ad
 
     return ad.device_module(), "anydevice.device_module()"
 
 
 def patch() -> Patched:
     """Point torchtitan's device globals at anydevice's selection (call before building a Trainer)."""
-    import anydevice as ad
+    from anydevice import api as ad
 
     utils = importlib.import_module("torchtitan.tools.utils")
     old_type, old_module = utils.device_type, utils.device_module
@@ -198,8 +198,8 @@ def _sum_where_premul_sum_is_missing() -> str:
         if not _has_premul_sum():
             self.set_force_sum_reduction_for_comms(True)
 
-    set_gradient_divide_factor._anydevice_guard = True  # type: ignore[attr-defined]
-    FSDPModule.set_gradient_divide_factor = set_gradient_divide_factor  # type: ignore[method-assign]
+    set_gradient_divide_factor.__dict__["_anydevice_guard"] = True  # marks our patch
+    FSDPModule.set_gradient_divide_factor = set_gradient_divide_factor  # type: ignore[method-assign]  # the patch torchtitan 0.3 needs (docs/integrations.md)
     return "SUM where the backend has no PREMUL_SUM"
 
 
@@ -262,7 +262,7 @@ def _guard_flex_attention() -> str:
                 state["dense"] = True
         return _dense_flex_attention(q, k, v, **kw)
 
-    guarded._anydevice_guard = True  # type: ignore[attr-defined]
+    guarded.__dict__["_anydevice_guard"] = True  # marks our patch
     flex._compiled_flex_attn = staticmethod(guarded)
     return "torchtitan's FlexAttention, SDPA where it has no backward"
 
@@ -306,13 +306,13 @@ def _memory_stats_work(module: Any) -> bool:
 
 def _replace_memory_monitor(kind: str, missing: list[str]) -> None:
     """Swap torchtitan's memory monitor for one that reads ``ad.memory_stats()`` (-1 where unknown)."""
-    import anydevice as ad
+    from anydevice import api as ad
 
     metrics = importlib.import_module("torchtitan.components.metrics")
     base = metrics.DeviceMemoryMonitor
     why = f"device module lacks {', '.join(missing)}" if missing else "its memory_stats() fails"
 
-    class AnyDeviceMemoryMonitor(base):  # type: ignore[misc, valid-type]
+    class AnyDeviceMemoryMonitor(base):  # type: ignore[misc, valid-type]  # a base found at run time (torchtitan's monitor)
         """torchtitan's monitor on ``ad.memory_stats()``: byte counters where the device keeps them, else -1."""
 
         def __init__(self, device: str = kind) -> None:

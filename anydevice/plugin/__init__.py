@@ -12,7 +12,8 @@ A plugin (built-in or third-party) imports only ``anydevice.plugin`` and ``anyde
 What is here, by concern:
 
 - **declaring a device**: :class:`DeviceSpec` and its sections (:class:`Hardware`, :class:`Launch`, :class:`Serving`),
-  :class:`Detection` and its :data:`Problem` kinds, :class:`Setting` (the variables a device reads);
+  :class:`Detection` and its :data:`Problem` kinds, :class:`Setting` (the variables a device reads),
+  :class:`Evidence` (what stands behind the plugin: ran on the chip, compiled, stand-in, declared, unknown);
 - **hooks**: :data:`hookimpl` and the hook specifications (:func:`anydevice_register_devices`,
   :func:`anydevice_register_probes`, :func:`anydevice_doctor_checks`), :class:`Devices` (the read-only view
   of the registered devices a hook receives), :class:`Check` and :class:`DoctorContext` (doctor checks);
@@ -43,19 +44,22 @@ from anydevice.contract.device_spec import (
     DEFAULT_PRIORITY,
     NAME_PATTERN,
     PRIORITY_RANGE,
+    Chip,
     Detection,
     Devices,
     DeviceSpec,
     Hardware,
     Launch,
+    ModelServer,
     Problem,
     Serving,
 )
 from anydevice.contract.diagnosis import Check, DoctorContext, Status
+from anydevice.contract.evidence import Evidence
 from anydevice.contract.hookspecs import anydevice_doctor_checks, anydevice_register_devices, anydevice_register_probes, hookimpl
 from anydevice.contract.versions import PairRule, check_pair
 from anydevice.settings import Setting, local_rank, rank, world_size
-from anydevice.shims import lazy_xla
+from anydevice.shims import lazy_xla, tpu_aot
 from anydevice.shims.contracts import (
     Collectives,
     Compilation,
@@ -87,6 +91,7 @@ __all__ = [
     "PRIORITY_RANGE",
     "Check",
     "CheckFacts",
+    "Chip",
     "Collectives",
     "CollectivesTable",
     "Compilation",
@@ -98,11 +103,13 @@ __all__ = [
     "Diagnostics",
     "DoctorContext",
     "EagerVendor",
+    "Evidence",
     "GiB",
     "Hardware",
     "HostTransfer",
     "Launch",
     "MemoryStats",
+    "ModelServer",
     "OpTable",
     "PairRule",
     "Placement",
@@ -129,6 +136,7 @@ __all__ = [
     "rank",
     "settings",
     "torch_device_module",
+    "tpu_aot",
     "versions",
     "world_size",
     "xla_shims",

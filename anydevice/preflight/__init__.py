@@ -1,4 +1,4 @@
-""" "Will it run on X?": ``anydevice check`` and ``ad.check()``, a static analysis on the CPU, not a run.
+""" "Will it run on X?": ``anydevice check`` and ``ad.check()``: the first steps run on the CPU, judged per target.
 
 Runs the model (or the user's script, in a child process) for a few steps on the CPU, then judges, per
 target device, what its plugin declares (:class:`~anydevice.contract.check_facts.CheckFacts`) against what was
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 def targets_of(target: str | Sequence[str]) -> list[str]:
     """Canonical device names for ``target`` (``"tpu,neuron"`` or a list); an unknown name raises ``UnknownDeviceError``."""
+    from anydevice.preflight.compiled import canonical_slice, split_target
     from anydevice.runtime.registry import get_registry
     from anydevice.runtime.selection import _canonical_or_raise
 
@@ -31,17 +32,36 @@ def targets_of(target: str | Sequence[str]) -> list[str]:
     if not names:
         raise AnyDeviceError("No target given.", "Name one or more devices: --target tpu,neuron,xla (see `anydevice list`).")
     registry = get_registry()
-    return list(dict.fromkeys(_canonical_or_raise(n.lower(), registry) for n in names))
+    out = []
+    for name in names:
+        device, slice_name = split_target(name)  # "tpu:v5e-8": the plugin's facts and a step compiled for that slice
+        canonical = _canonical_or_raise(device.lower(), registry)
+        out.append(f"{canonical}:{canonical_slice(canonical, slice_name)}" if slice_name else canonical)
+    return list(dict.fromkeys(out))
 
 
 def report(observation: Observation, targets: Sequence[str], script: str | None = None) -> Report:
     """Judge ``observation`` for every target (canonical names) and validate the result against the schema."""
+    from anydevice.preflight.compiled import slice_compiler, split_target
     from anydevice.preflight.judge import judge
-    from anydevice.preflight.schema import Report
+    from anydevice.preflight.schema import Finding, Report
     from anydevice.runtime.registry import get_registry
 
     registry = get_registry()
-    reports = [judge(t, registry.get(t).spec.check, observation) for t in targets]
+    reports = []
+    for t in targets:
+        entry = registry.get(split_target(t)[0])
+        r = judge(t, entry.spec.check, observation, entry.plugin)
+        r.compile = observation.compiled.get(t)
+        compiler = slice_compiler(t) if split_target(t)[1] is None else None
+        if compiler is not None:  # the estimate's finding says where the compiler's answer is
+            hint = f"; a slice target (--target {t}:{compiler.EXAMPLE}) gets the compiler's answer"
+            memory = next((f for f in r.findings if f.check == "memory"), None)
+            if memory is not None:
+                memory.message += hint
+            else:
+                r.findings.append(Finding(check="memory", severity="info", message=hint.removeprefix("; ")))
+        reports.append(r)
     from anydevice.contract.detect import version_of
 
     observation.versions.setdefault("anydevice", version_of("anydevice") or "unknown")
@@ -60,24 +80,37 @@ def check(
     world_size: int = 1,
     mesh: dict[str, int] | None = None,
 ) -> Report:
-    """Will ``model`` run on ``target``? A static analysis on the CPU, not a run; the target is not needed.
+    """Will ``model`` run on ``target``? One step on the CPU (or traced from shapes on meta), judged per target.
+
+    A slice target (``"tpu:v5e-8"``) also compiles the step with the vendor's compiler for that slice (for tpu,
+    libtpu: the ``tpu-check`` extra); ``mesh`` then spans the slice's devices (``{"fsdp": -1}``).
 
     ``example_inputs`` (a tuple of positional arguments, or one tensor) is called on a CPU copy of the model:
     forward, a backward of the summed output and, with ``optimizer``, one step of a copy of it on the model's
-    copy (the caller's model and optimizer are untouched). ``loader``: the input
-    signatures come from its first ``steps`` batches instead of the example. ``world_size`` and ``mesh``
+    copy (the caller's model and optimizer are untouched). A model on the meta device (or example inputs on
+    meta, or given as ``torch.Size`` shapes: float32) is checked from shapes alone: the same step runs on meta
+    tensors (ops and dtypes from meta kernels, memory from shapes and the optimizer's kind), nothing materialized.
+    ``loader``: the input signatures come from its first ``steps`` batches instead of the example. ``world_size`` and ``mesh``
     (``{"dp": -1, "tp": 4}``) are checked against each target's topology. Returns a
     :class:`~anydevice.preflight.schema.Report`; ``report.ok`` is True when every target "runs".
     """
     import torch
 
+    from anydevice.preflight.compiled import compile_slices, require_compiler
     from anydevice.preflight.observe import Observer
+    from anydevice.preflight.schema import FROM_SHAPES
 
     names = targets_of(target)
-    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    require_compiler(names)
+    args = (
+        example_inputs if isinstance(example_inputs, tuple) and not isinstance(example_inputs, torch.Size) else (example_inputs,)
+    )
+    meta = any(p.is_meta for p in itertools.chain(model.parameters(), model.buffers()))
+    meta = meta or any(isinstance(a, torch.Size) or (isinstance(a, torch.Tensor) and a.is_meta) for a in args)
     work, opt = copy.deepcopy((model, optimizer))  # one memo: the copied optimizer holds the copied parameters
-    work = work.to("cpu").train()
-    args = tuple(a.to("cpu") if isinstance(a, torch.Tensor) else a for a in args)
+    device = "meta" if meta else "cpu"  # meta: shapes only, nothing materialized (a model too large for this host)
+    work = work.to(device).train()
+    args = tuple(_example(a, device) for a in args)
     observer = Observer(steps, world_size, mesh)
     batches = list(itertools.islice(loader, steps)) if loader is not None else [args]
     for batch in batches:
@@ -87,14 +120,55 @@ def check(
             out = work(*args)
         loss = _scalar(out)
         if loss is not None:
-            loss.backward()  # type: ignore[no-untyped-call]
+            torch.autograd.backward(loss)
+        stepped = opt is None
         if opt is not None:
             observer.recorder.in_optimizer = True
-            opt.step()
+            try:
+                opt.step()
+                stepped = True
+            except Exception:
+                if not meta:
+                    raise
             observer.recorder.in_optimizer = False
     observer.steps_done = 1
     observer.optimizer_stepped(opt, work)
-    return report(observer.finish(), names)
+    if meta and observer.memory is not None:
+        observer.memory.estimated_from = "meta shapes"
+        if not stepped and opt is not None:  # its step has no meta kernel here: the state from the optimizer's kind
+            observer.memory.optimizer_state = optimizer_state_bytes(opt, observer.memory.parameters)
+    observation = observer.finish()
+    observation.compiled = compile_slices(work, args, {}, opt, names, mesh, None)
+    result = report(observation, names)
+    if meta:
+        result.kind = FROM_SHAPES
+    return result
+
+
+STATE_COPIES = {"Adam": 2, "AdamW": 2, "Adamax": 2, "NAdam": 2, "RAdam": 2, "Adagrad": 1, "Adadelta": 2, "Rprop": 2, "ASGD": 2}
+"""Tensors of the parameters' size each optimizer keeps per parameter (SGD and RMSprop: see :func:`optimizer_state_bytes`)."""
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer, parameter_bytes: int) -> int:
+    """The optimizer's state in bytes, from its kind and hyper-parameters (for a model whose step cannot run)."""
+    kind = type(optimizer).__name__
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    if kind == "SGD":
+        copies = int(bool(group.get("momentum")))
+    elif kind == "RMSprop":
+        copies = 1 + int(bool(group.get("momentum"))) + int(bool(group.get("centered")))
+    else:
+        copies = STATE_COPIES.get(kind, 2)  # unknown kind: as Adam, the common case
+    return copies * parameter_bytes
+
+
+def _example(value: Any, device: str) -> Any:
+    """An example input on ``device``; a ``torch.Size`` is a float32 tensor of that shape (on meta: no memory)."""
+    import torch
+
+    if isinstance(value, torch.Size):
+        return torch.empty(value, device=device)
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def _scalar(out: Any) -> torch.Tensor | None:

@@ -10,14 +10,15 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from anydevice.contract.check_facts import CheckFacts
-from anydevice.preflight.observe import DATA_DEPENDENT
+from anydevice.preflight.observe import DATA_DEPENDENT, MASKED
 from anydevice.preflight.schema import HOST_READ, Finding, Observation, OpStatus, OpVerdict, Severity, TargetReport, Verdict
 from anydevice.preflight.topology import collective_findings, mesh_findings, world_findings
 
+T = TypeVar("T")
 ORDER: tuple[Verdict, ...] = (
     "runs",
     "runs with CPU fallbacks",
@@ -32,6 +33,7 @@ CPU_ONLY_MARKERS = ("_for_cpu", "mkldnn", "_cpu_")
 PROBED_ANYWAY = DATA_DEPENDENT - {HOST_READ}
 """Data-dependent ops are probed even with a kernel: torch_xla registers nonzero but runs it on the CPU by default."""
 ON_DEVICE_FIX = "keep the value on the device (torch.where, masks) instead of reading or filtering by it"
+DROP_LAST_FIX = "drop_last=True on the DataLoader (only the last batch differs)"
 BREAK_FIX = "remove the Python branch on tensor data / the data-dependent op (torch.where, masks)"
 
 
@@ -46,15 +48,38 @@ def _base(op: str) -> str:
     return op.split(".", 1)[0]
 
 
+def _plugin_call(owner: str | None, stage: str, fn: Callable[[], T]) -> T:
+    """Plugin-declared code (a vendor module to import, a probe) run as every hook call is: through the registry's guard.
+
+    Anything it raises, ``SystemExit`` included, comes back as :class:`~anydevice.runtime.guard.PluginCallError`;
+    a third-party plugin's call runs under the registry's deadline.
+    """
+    from anydevice.runtime import guard
+
+    if owner is None:
+        return guard.call(fn, None, "the target's plugin", stage)
+    from anydevice.runtime.registry import get_registry
+
+    return get_registry().call(owner, stage, fn)
+
+
 @functools.cache
-def _dispatch_checker(dispatch_key: str | None, module_name: str | None) -> tuple[str, str] | None:
-    """(dispatch key, the vendor module's version) when the key's kernels can be read here, else None."""
+def _dispatch_checker(
+    dispatch_key: str | None, module_name: str | None, owner: str | None = None
+) -> tuple[str, str] | str | None:
+    """(dispatch key, the vendor module's version) when the key's kernels can be read here; None when they cannot;
+    a string: why importing the declared module failed."""
+    from anydevice.runtime.guard import PluginCallError
+
     if dispatch_key is None:
         return None
     if module_name is not None:
         if importlib.util.find_spec(module_name) is None:
             return None
-        module = importlib.import_module(module_name)  # registers the key's kernels; nothing is placed on a device
+        try:  # registers the key's kernels; nothing is placed on a device
+            module = _plugin_call(owner, f"check: import {module_name}", lambda: importlib.import_module(module_name))
+        except PluginCallError as exc:
+            return f"importing {module_name} failed: {exc.error}"
         return dispatch_key, f"{module_name} {getattr(module, '__version__', '?')}"
     return dispatch_key, "torch"
 
@@ -62,8 +87,10 @@ def _dispatch_checker(dispatch_key: str | None, module_name: str | None) -> tupl
 NO_TABLE = "no op table for this device is shipped (no vendor table published in anydevice's sources)"
 
 
-def op_status(op: str, facts: CheckFacts, example: Any = None, matrix: Mapping[str, str] | None = None) -> tuple[OpStatus, str]:
-    """How the target runs ``op`` and the source that says so.
+def op_status(
+    op: str, facts: CheckFacts, example: Any = None, matrix: Mapping[str, str] | None = None, owner: str | None = None
+) -> tuple[OpStatus, str]:
+    """How the target runs ``op`` and the source that says so (``owner``: the plugin whose code is called, guarded).
 
     In order: the plugin's shipped table (``OpTable.ops``), the project's matrix results for the device
     (``matrix``: op -> the real run that counted it as a CPU fallback), the plugin's "never falls back",
@@ -74,7 +101,8 @@ def op_status(op: str, facts: CheckFacts, example: Any = None, matrix: Mapping[s
         return "native", "the CPU's own kernel for a portable op (the target picks its own)"
     declared = (table.ops.get(op) or table.ops.get(_base(op))) if table is not None else None
     if table is not None and declared in ("native", "cpu_fallback", "unsupported"):
-        return declared, f"{table.source} {table.version} ({table.date})"  # type: ignore[return-value]
+        status: OpStatus = "native" if declared == "native" else "cpu_fallback" if declared == "cpu_fallback" else "unsupported"
+        return status, f"{table.source} {table.version} ({table.date})"
     seen = _in_matrix(op, matrix or {})
     if seen is not None:
         return "cpu_fallback", seen
@@ -82,7 +110,9 @@ def op_status(op: str, facts: CheckFacts, example: Any = None, matrix: Mapping[s
         return "native", "the plugin declares that the device runs every op or raises (no CPU fallback)"
     if table is None:
         return "unknown", f"{NO_TABLE}, and no real matrix run of the device counted the op as a CPU fallback"
-    checker = _dispatch_checker(table.dispatch_key, table.module)
+    checker = _dispatch_checker(table.dispatch_key, table.module, owner)
+    if isinstance(checker, str):
+        return "unknown", f"{table.source}: {checker}"
     if checker is None:
         module = table.module or "the vendor package"
         return "unknown", f"{table.source}: {module} is not importable here"
@@ -94,7 +124,7 @@ def op_status(op: str, facts: CheckFacts, example: Any = None, matrix: Mapping[s
         return "native", f"{key} kernels registered by {version}"
     if table.probe is None or example is None:
         return "unknown", f"no {key} kernel registered by {version}, and no probe could run it"
-    return _probed(op, example, table.probe, version)
+    return _probed(op, example, table.probe, version, owner)
 
 
 def _in_matrix(op: str, matrix: Mapping[str, str]) -> str | None:
@@ -104,14 +134,22 @@ def _in_matrix(op: str, matrix: Mapping[str, str]) -> str | None:
     return next((source for name, source in matrix.items() if _base(name) == _base(op)), None)
 
 
-def _probed(op: str, example: Any, probe: str, version: str) -> tuple[OpStatus, str]:
-    """Run ``op`` once on the device through the plugin's probe: native when nothing fell back."""
+def _probed(op: str, example: Any, probe: str, version: str, owner: str | None = None) -> tuple[OpStatus, str]:
+    """Run ``op`` once on the device through the plugin's probe (guarded): native when nothing fell back."""
     import torch
 
     from anydevice.preflight.observe import rebuild
+    from anydevice.runtime.guard import PluginCallError
 
     module_name, _, function = probe.partition(":")
-    run_probe = getattr(importlib.import_module(module_name), function)
+    try:
+        run_probe: Any = _plugin_call(
+            owner,
+            f"check: import {probe}",
+            lambda: functools.reduce(getattr, function.split("."), importlib.import_module(module_name)),
+        )
+    except PluginCallError as exc:
+        return "unknown", f"the lowering probe {probe} could not be loaded: {exc.error}"
     name, _, overload = op.removeprefix("aten::").partition(".")
     packet = getattr(torch.ops.aten, name, None)
     func = getattr(packet, overload or "default", None) if packet is not None else None
@@ -123,18 +161,18 @@ def _probed(op: str, example: Any, probe: str, version: str) -> tuple[OpStatus, 
         return func(*rebuild(args, device), **rebuild(kwargs, device))
 
     try:
-        fell_back = run_probe(run)
-    except Exception as exc:
-        return "unknown", f"the lowering probe could not run it ({type(exc).__name__}) with {version}"
+        fell_back = _plugin_call(owner, f"check: probe {op}", lambda: run_probe(run))
+    except PluginCallError as exc:
+        return "unknown", f"the lowering probe could not run it ({type(exc.cause).__name__}) with {version}"
     if fell_back:
         return "cpu_fallback", f"ran on the CPU as {', '.join(fell_back)} in a lowering probe with {version}"
     return "native", f"lowered in a probe with {version}"
 
 
-def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
-    """The report for ``target``: findings from every check, the verdict and the top fixes."""
+def judge(target: str, facts: CheckFacts, obs: Observation, owner: str | None = None) -> TargetReport:
+    """The report for ``target``: findings from every check, the verdict and the top fixes (``owner``: its plugin)."""
     findings: list[Finding] = []
-    ops = judge_ops(target, facts, obs)
+    ops = judge_ops(target, facts, obs, owner)
     lines = {u.op: u.line for u in obs.ops}
     verdicts: list[Verdict] = ["runs"]
     fallbacks = [v for v in ops if v.status == "cpu_fallback" and v.in_step]  # what the step's own dispatch runs
@@ -144,14 +182,23 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
         source = next(v.source for v in ops if v.status == "unknown")
         findings.append(Finding(check="ops", severity="info", message=f"{len(unknown)} op(s) not verified: {source}"))
     verdicts += _dtypes(facts, obs, findings)
-    recompiles, compiles = _shapes(facts, obs, findings)
+    recompiles, compiles, dynamic = _shapes(facts, obs, findings, {v.op for v in ops if v.status == "cpu_fallback"})
     if recompiles:
         verdicts.append("will recompile")
+    if dynamic:
+        verdicts.append("will not compile")
     _capture(facts, obs, findings)
     for distributed in (world_findings, mesh_findings, collective_findings):
         verdicts += distributed(target, facts, obs, findings)
-    verdicts += _memory(facts, obs, findings)
+    if obs.script_mesh is not None and obs.mesh is not None:
+        script_mesh = ",".join(f"{a}={n}" for a, n in obs.script_mesh.items())
+        message = f"the script makes its own mesh {script_mesh}; the mesh checked is the one given, " + ",".join(
+            f"{a}={n}" for a, n in obs.mesh.items()
+        )
+        findings.append(Finding(check="distributed", severity="info", message=message, line=obs.script_mesh_line))
+    verdicts += _memory(facts, obs, findings, target)
     _cuda_calls(facts, obs, findings)
+    _refused_calls(facts, obs, findings)
     verdict = max(verdicts, key=ORDER.index)
     calls = {u.op: u.calls for u in obs.ops}
     cuts = sum(u.before_step for u in obs.data_dependent if u.op == HOST_READ) + sum(calls[v.op] for v in fallbacks)
@@ -163,7 +210,7 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     rank = {"error": 0, "warning": 1, "info": 2}
     fixes = list(dict.fromkeys(f.fix for f in sorted(findings, key=lambda f: rank[f.severity]) if f.fix and f.severity != "info"))
     matrix = sorted({v.source.split(":", 1)[0] for v in ops if v.source.startswith("compat matrix ")})
-    sources = [*facts.sources, *_table_source(facts), *matrix] or ["nothing declared"]
+    sources = [*facts.sources, *_table_source(facts, owner), *matrix] or ["nothing declared"]
     return TargetReport(
         target=target,
         verdict=verdict,
@@ -179,7 +226,7 @@ def judge(target: str, facts: CheckFacts, obs: Observation) -> TargetReport:
     )
 
 
-def judge_ops(target: str, facts: CheckFacts, obs: Observation) -> list[OpVerdict]:
+def judge_ops(target: str, facts: CheckFacts, obs: Observation, owner: str | None = None) -> list[OpVerdict]:
     """A mark for every op of the step and of the forward's core-ATen inventory on ``target``, with its source."""
     from anydevice.preflight.matrix_ops import matrix_fallbacks
 
@@ -190,7 +237,7 @@ def judge_ops(target: str, facts: CheckFacts, obs: Observation) -> list[OpVerdic
     for op in sorted(step.keys() | core):
         use = step.get(op)
         example = use.example if use is not None and use.example is not None else obs.core_examples.get(op)
-        status, source = op_status(op, facts, example, matrix)
+        status, source = op_status(op, facts, example, matrix, owner)
         verdicts.append(OpVerdict(op=op, status=status, source=source, in_step=use is not None, core_aten=op in core))
     return verdicts
 
@@ -223,13 +270,16 @@ def _op_findings(ops: list[OpVerdict], lines: dict[str, str | None], findings: l
     return verdicts
 
 
-def _table_source(facts: CheckFacts) -> list[str]:
+def _table_source(facts: CheckFacts, owner: str | None = None) -> list[str]:
     table = facts.op_table
     if table is None:
         return []
-    checker = _dispatch_checker(table.dispatch_key, table.module)
+    checker = _dispatch_checker(table.dispatch_key, table.module, owner)
     parts = [p for p in (table.version, table.date) if p != "unknown"]
-    parts.append(checker[1] if checker else f"{table.module} not importable here" if table.module else "")
+    if isinstance(checker, str):
+        parts.append(checker)
+    else:
+        parts.append(checker[1] if checker else f"{table.module} not importable here" if table.module else "")
     return [f"{table.source} ({', '.join(p for p in parts if p)})"]
 
 
@@ -246,28 +296,53 @@ def _dtypes(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> lis
     return ["will not compile"] if bad else []
 
 
-def _shapes(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> tuple[int, int | None]:
-    """(recompiles, predicted compiles of the step) on a static-shape target; (0, None) elsewhere."""
+def _shapes(facts: CheckFacts, obs: Observation, findings: list[Finding], fallbacks: set[str]) -> tuple[int, int | None, bool]:
+    """(recompiles, predicted compiles of the step, a data-dependent shape no static graph holds); (0, None, False) elsewhere.
+
+    On a static-shape target an op whose output size depends on the data (``nonzero``, a boolean-mask index)
+    cannot be in a compiled graph: "will not compile", unless the target is known to run it on the CPU
+    (``fallbacks``: marked cpu_fallback, as lazy torch_xla does; then it is a CPU fallback that cuts the graph).
+    """
     distinct = len(obs.signatures)
+    dynamic = False
     for op in obs.data_dependent:
-        what = (
-            "reads a tensor value to the host (a sync and a graph cut)"
-            if op.op == HOST_READ
-            else "has a data-dependent output shape"
-        )
         severity: Severity = "warning" if facts.static_shapes else "info"
+        if op.op == HOST_READ:
+            what = "reads a tensor value to the host (a sync and a graph cut)"
+        else:
+            what = (
+                "is a boolean-mask index (x[mask]: an implicit nonzero), its output size set by the data"
+                if op.op == MASKED
+                else "has a data-dependent output shape"
+            )
+            runs_on_cpu = op.op.split(" ", 1)[0] in fallbacks
+            if facts.static_shapes and not runs_on_cpu:
+                severity, dynamic = "error", True
+                what += ": no static-shape graph holds it, so the step will not compile"
+            elif facts.static_shapes:
+                what += ": the target runs it on the CPU, cutting the graph"
         message = f"{op.op} {what}, {op.calls}x in the first step"
         findings.append(Finding(check="shapes", severity=severity, message=message, line=op.line, fix=ON_DEVICE_FIX))
+    short = obs.short_last_batch
+    extra = short is not None and facts.static_shapes and not obs.drop_last_fix  # the short batch was not among those run
+    if short is not None:
+        findings.append(
+            Finding(
+                check="shapes",
+                severity="warning" if facts.static_shapes else "info",
+                message=f"the last batch of every epoch has {short.last} row(s), not {short.batch_size} "
+                f"({short.rows} rows are not a whole number of batches)"
+                + (": one more compile per epoch on a static-shape target (from the dataset's length)" if extra else ""),
+                line=short.line,
+                fix=DROP_LAST_FIX if facts.static_shapes else None,
+            )
+        )
     if not facts.static_shapes:
-        return 0, None
+        return 0, None, False
     recompiles = max(distinct - 1, 0)
     if recompiles:
         listed = "; ".join(f"{s.signature} x{s.batches}" for s in obs.signatures[:6])
-        fix = (
-            "drop_last=True on the DataLoader (only the last batch differs)"
-            if obs.drop_last_fix
-            else "pad every batch to one length (or a few buckets) so shapes repeat"
-        )
+        fix = DROP_LAST_FIX if obs.drop_last_fix else "pad every batch to one length (or a few buckets) so shapes repeat"
         findings.append(
             Finding(
                 check="shapes",
@@ -277,7 +352,7 @@ def _shapes(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> tup
                 fix=fix,
             )
         )
-    return recompiles, distinct
+    return recompiles + int(extra), distinct + int(extra), dynamic
 
 
 def _capture(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> None:
@@ -292,7 +367,11 @@ def _capture(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> No
         )
 
 
-def _memory(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> list[Verdict]:
+def _memory(facts: CheckFacts, obs: Observation, findings: list[Finding], target: str = "") -> list[Verdict]:
+    if target in obs.compiled:  # a TPU slice: libtpu's own answer replaces the CPU estimate against the table
+        from anydevice.preflight.compiled import compiled_memory
+
+        return compiled_memory(obs.compiled[target], findings)
     mem = obs.memory
     if mem is None or not facts.memory_per_chip:
         findings.append(
@@ -303,6 +382,11 @@ def _memory(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> lis
     parts = (
         f"parameters {_gib(mem.parameters)} + gradients {_gib(mem.gradients)} + {mem.optimizer or 'optimizer'} state "
         f"{_gib(mem.optimizer_state)} + activations ~{_gib(mem.activations)} = {_gib(need)} per replica"
+        + (
+            " (from meta shapes: activations are what a meta forward saved for backward)"
+            if mem.estimated_from == "meta shapes"
+            else ""
+        )
     )
     short = [chip for chip, size in facts.memory_per_chip.items() if need > size]
     if len(short) == len(facts.memory_per_chip):
@@ -322,6 +406,14 @@ def _memory(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> lis
     else:
         findings.append(Finding(check="memory", severity="info", message=f"{parts}: fits every chip"))
     return []
+
+
+def _refused_calls(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> None:
+    for name, (why, fix) in sorted(facts.refused_calls.items()):
+        line = obs.source_calls.get(name)
+        if line is not None:
+            shown = name.replace("(device=)", "(device=...)")
+            findings.append(Finding(check="calls", severity="error", message=f"{shown}: {why}", line=line, fix=fix))
 
 
 def _cuda_calls(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> None:

@@ -24,6 +24,7 @@ from anydevice.preflight.schema import (
     Memory,
     Observation,
     OpUse,
+    ShortLastBatch,
     Signature,
 )
 from anydevice.runtime.strict import user_line
@@ -40,13 +41,34 @@ DATA_DEPENDENT = frozenset(
     }
 )
 """Ops whose output shape or Python value depends on tensor data: a host read or a data-dependent shape."""
+MASK_INDEX = "aten::index.Tensor"
+MASKED = "aten::index.Tensor (boolean mask)"
+"""Indexing by a boolean mask (``h[h > 0]``) runs as this op: an implicit ``nonzero``, its output size data-dependent.
+Reported in ``data_dependent`` as :data:`MASKED` (the op itself, with other indices, has a static shape)."""
 
 
-class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
+def _has_mask(args: Any) -> bool:
+    """Whether an ``aten::index.Tensor`` call indexes by a boolean (or byte) mask."""
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ())
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors among an op's arguments (nested lists, tuples and dicts; one level of nesting is enough for ATen)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in ((v,) if isinstance(v, torch.Tensor) else v if isinstance(v, (list, tuple)) else ())]
+    return []
+
+
+class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
     """Counts every ATen op the step runs, with the user's line of its first call, and the dtypes it produces."""
 
     def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
+        super().__init__()  # type: ignore[no-untyped-call]  # TorchDispatchMode.__init__ is untyped
         self.ops: dict[str, list[Any]] = {}  # name -> [calls, line, first call's arguments, calls before the optimizer step]
         self.dtypes: dict[str, str | None] = {}
         self.collectives: dict[tuple[str, str | None, bool], CollectiveUse] = {}
@@ -54,6 +76,7 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.in_optimizer = False  # set around optimizer.step(): its step counters are host scalars by design
         self.stepped = False  # set after the optimizer step: what follows (logging reads) is after the step's graph
         self.paused = False  # set while the loader makes the next batch (host-side data work)
+        self.masks: dict[str, list[Any]] = {}  # boolean-mask indexing (x[mask]): [calls, line, calls before the step]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
@@ -72,7 +95,12 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         else:
             entry[0] += 1
             entry[3] += int(not self.stepped)
-        for value in out if isinstance(out, (tuple, list)) else (out,):
+        if name == MASK_INDEX and _has_mask(args):
+            mask = self.masks.setdefault(name, [0, user_line(), 0])
+            mask[0] += 1
+            mask[2] += int(not self.stepped)
+        # the dtypes produced and consumed: a float64 buffer only read through .float() is still a float64 tensor there
+        for value in (*(out if isinstance(out, (tuple, list)) else (out,)), *_tensors(args), *_tensors(kwargs)):
             if isinstance(value, torch.Tensor):
                 dtype = str(value.dtype).removeprefix("torch.")
                 if dtype not in self.dtypes:
@@ -108,7 +136,7 @@ def _via_anydevice() -> bool:
     while frame is not None:
         if frame.f_globals.get("__name__") == "anydevice.distributed":
             return True
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back  # type: ignore[assignment]  # f_back may be None; the loop stops there
     return False
 
 
@@ -189,6 +217,37 @@ def _bytes(tensors: Any) -> int:
     return total
 
 
+class _WeightIndex:
+    """The model's parameters and buffers, recognised again when autograd saves them (or a view of them, such as
+    ``weight.t()``) for backward: by storage on a real device, by the view's base on meta (no storage there)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        tensors = [*model.parameters(), *model.buffers()]
+        self.ids = {id(t) for t in tensors}
+        self.storages = {_storage_key(t) for t in tensors} - {None}
+
+    def holds(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is one of the weights or a view of one."""
+        key = _storage_key(tensor)
+        if key is not None:
+            return key in self.storages
+        base: torch.Tensor | None = tensor
+        while base is not None:
+            if id(base) in self.ids:
+                return True
+            base = base._base
+        return False
+
+
+def _storage_key(tensor: torch.Tensor) -> tuple[str, int] | None:
+    """Where a tensor's data lives; ``None`` where there is no data to compare (meta, empty, wrapper tensors)."""
+    try:
+        pointer = tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return (str(tensor.device), pointer) if pointer else None
+
+
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The user's module inside ``torch.compile`` and DDP/FSDP-style wrappers."""
     for _ in range(4):
@@ -215,6 +274,9 @@ class Observer:
         self.activations = 0
         self.memory: Memory | None = None
         self.steps_done = 0
+        self.short_last: ShortLastBatch | None = None
+        self.script_mesh: dict[str, int] | None = None
+        self.script_mesh_line: str | None = None
 
     def caller(self) -> str | None:
         """``file:line`` of the user's code calling in now (the first frame outside torch and anydevice)."""
@@ -230,9 +292,11 @@ class Observer:
         """Around the model's first call: remember it and measure the tensors saved for backward."""
         self.model, self.args, self.kwargs = model, _detached(args), _detached(kwargs)
         saved: list[torch.Tensor] = []
+        weights = _WeightIndex(model)
 
         def pack(tensor: torch.Tensor) -> torch.Tensor:
-            saved.append(tensor)
+            if not weights.holds(tensor):  # a weight saved for backward is counted as a parameter already
+                saved.append(tensor)
             return tensor
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -279,14 +343,18 @@ class Observer:
             core_examples={op: example for op, example in sorted(core.items()) if example is not None},
             export_error=export_error,
             dtypes=dict(self.recorder.dtypes),
-            data_dependent=[op for op in ops if op.op in DATA_DEPENDENT],
+            data_dependent=[op for op in ops if op.op in DATA_DEPENDENT]
+            + [OpUse(op=MASKED, calls=c, line=line, before_step=before) for c, line, before in self.recorder.masks.values()],
             memory=self.memory,
             cuda_calls=cuda_calls or [],
             world_size=self.world_size,
             mesh=self.mesh,
             mesh_line=self.mesh_line,
+            script_mesh=self.script_mesh,
+            script_mesh_line=self.script_mesh_line,
             collectives=list(self.recorder.collectives.values()),
             drop_last_fix=_short_last(self.batches),
+            short_last_batch=self.short_last,
             versions={"torch": torch.__version__},
         )
 

@@ -1,15 +1,21 @@
 """The child process of ``anydevice check``: runs the user's script on the CPU for N steps under hooks.
 
-    python -m anydevice.preflight.runner OUT.json STEPS WORLD_SIZE MESH SCRIPT [ARGS...]
+    python -m anydevice.preflight.runner OUT.json STEPS WORLD_SIZE MESH USER_CWD SCRIPT [ARGS...]
 
-MESH is the mesh to check as JSON (``{"dp": 2, "tp": 4}``), or ``-`` for none; WORLD_SIZE 0 means not given.
-Without MESH, the script's own first mesh (``ad.distributed.mesh(...)`` or ``init_device_mesh(...)``) is
-recorded with its line and built over this one process (every degree 1) so the script runs on; without
-WORLD_SIZE the world is then the product of its fixed degrees.
+It runs in a scratch working directory (``anydevice check`` starts it there); USER_CWD is the folder the user
+ran check from: the script reads its files through :class:`~anydevice.preflight.scratch.ScratchView` and
+writes into scratch. MESH is the mesh to check as JSON (``{"dp": 2, "tp": 4}``), or ``-`` for none;
+WORLD_SIZE 0 means not given. The script's own first mesh (``ad.distributed.mesh(...)`` or
+``init_device_mesh(...)``) is recorded with its line and built over this one process (every degree 1) so the
+script runs on; without MESH it is the mesh checked, and without WORLD_SIZE the world is the product of its
+fixed degrees.
 
-The hooks wrap ``DataLoader.__iter__`` (each batch's signature), the top-level ``Module.__call__`` (the
-model and its first inputs; the first step's ops under :class:`~anydevice.preflight.observe.OpRecorder`)
-and every optimizer step (a global post hook: memory after the first step, a stop after the N-th).
+The hooks wrap ``DataLoader.__iter__`` (each batch's signature, and a short last batch), the top-level
+``Module.__call__`` (the model and its first inputs; the first step's ops under
+:class:`~anydevice.preflight.observe.OpRecorder`) and every optimizer step (a global post hook: memory after
+the first step, a stop after the N-th). The step boundary is the optimizer step: a script without a
+DataLoader (a ``get_batch()`` of its own) is observed from the model's calls, whose inputs give the
+signatures. Only calls with gradients on count (an evaluation under ``torch.no_grad()`` is not the step).
 Then the observation is written to OUT as JSON. A script that fails first writes ``{"error": ...}``.
 """
 
@@ -28,8 +34,10 @@ import torch
 import torch.utils.data
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from anydevice.preflight.observe import Observer
-from anydevice.preflight.schema import CudaCall
+from anydevice.preflight.observe import Observer, OpRecorder
+from anydevice.preflight.schema import CpuRun, CudaCall, ShortLastBatch
+from anydevice.preflight.scratch import ScratchView
+from anydevice.preflight.source_calls import calls_in
 
 
 class _Enough(BaseException):
@@ -45,8 +53,10 @@ class Hooks:
         self.depth = 0
         self.optimizer: torch.optim.Optimizer | None = None
         self.recording = False
-        self.calls = 0
+        self.model: torch.nn.Module | None = None
+        """The module of the first training call (its later calls give the signatures when there is no DataLoader)."""
         self.script_mesh: tuple[dict[str, int], str | None] | None = None
+        self.first_batch: Any = None
 
     def install(self) -> None:
         loader_iter = torch.utils.data.DataLoader.__iter__
@@ -54,7 +64,8 @@ class Hooks:
         hooks = self
 
         def iterate(loader: Any) -> Any:
-            hooks.loader_seen = True
+            if not hooks.loader_seen:
+                hooks.first_loader(loader)
             batches = loader_iter(loader)
             while True:
                 hooks.observer.recorder.paused = True  # making a batch is host-side data work, not the step's
@@ -65,27 +76,53 @@ class Hooks:
                 finally:
                     hooks.observer.recorder.paused = False
                 hooks.observer.batch(batch)
+                if hooks.first_batch is None:
+                    hooks.first_batch = batch  # the compiled check finds the loss's targets in it
                 yield batch
 
         def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if hooks.depth or not hooks.loader_seen:
-                return hooks.nested(module_call, module, args, kwargs)
-            hooks.calls += 1
+            if hooks.depth or not torch.is_grad_enabled() or not any(p.requires_grad for p in module.parameters()):
+                return hooks.nested(module_call, module, args, kwargs)  # inside the model, or not a training call
             if hooks.observer.steps_done:
                 hooks.stop_recording()  # the first iteration ended: its ops after the optimizer step are in
-            if hooks.observer.model is None and any(p.requires_grad for p in module.parameters()):
+            if not hooks.loader_seen and (hooks.model is None or module is hooks.model):
+                hooks.observer.batch((args, kwargs))  # no DataLoader: the model's inputs are the batches
+            if hooks.observer.model is None:
+                hooks.model = module
                 hooks.recording = True
-                hooks.observer.recorder.__enter__()  # type: ignore[no-untyped-call]
+                hooks.observer.recorder.__enter__()  # type: ignore[no-untyped-call]  # TorchDispatchMode.__enter__ is untyped
                 with hooks.observer.first_call(module, args, kwargs):
                     return hooks.nested(module_call, module, args, kwargs)
             return hooks.nested(module_call, module, args, kwargs)
 
-        torch.utils.data.DataLoader.__iter__ = iterate  # type: ignore[method-assign]
-        torch.nn.Module.__call__ = call  # type: ignore[method-assign]
+        loader_class: Any = torch.utils.data.DataLoader  # both patched for the observed run, restored after
+        module_class: Any = torch.nn.Module
+        loader_class.__iter__ = iterate
+        module_class.__call__ = call
         register_optimizer_step_pre_hook(self.stepping)
         register_optimizer_step_post_hook(self.stepped)
-        if self.observer.mesh is None:
-            self.watch_meshes()
+        self.watch_meshes()
+
+    def first_loader(self, loader: torch.utils.data.DataLoader[Any]) -> None:
+        """The first DataLoader iterated: its batches are the signatures from now on, and its last batch is checked."""
+        self.loader_seen = True
+        if self.observer.steps_done == 0 and self.observer.model is not None:
+            self.restart()  # a model call before the loop (a warm-up on a dummy input) is not the step
+        size, rows = loader.batch_size, None
+        try:
+            dataset: Any = loader.dataset  # a map-style dataset has a length; an iterable one raises TypeError
+            rows = len(dataset)
+        except TypeError:
+            pass  # an IterableDataset: its length is unknown
+        if size and rows and not loader.drop_last and rows % size:
+            self.observer.short_last = ShortLastBatch(rows=rows, batch_size=size, last=rows % size, line=self.observer.caller())
+
+    def restart(self) -> None:
+        """Forget the model call seen so far: the observation starts again at the next one."""
+        self.stop_recording()
+        self.observer.recorder = OpRecorder()
+        self.observer.model, self.model = None, None
+        self.observer.batches.clear()
 
     def watch_meshes(self) -> None:
         """Record the script's first mesh (degrees and line) and build it over this one process instead."""
@@ -109,10 +146,11 @@ class Hooks:
             hooks.mesh_seen(dict(zip(names or [f"dim{i}" for i in range(len(mesh_shape))], mesh_shape)))
             return positional(device_type, (1,) * len(mesh_shape), *args, **kwargs)
 
-        ad_distributed.mesh = ad_mesh  # type: ignore[assignment]
+        ad_distributed.mesh = ad_mesh  # type: ignore[assignment]  # replaced for the observed run, restored after
         device_mesh.init_device_mesh = init_device_mesh  # ad.distributed.mesh imports it from here at each call
 
     def mesh_seen(self, degrees: dict[str, int]) -> None:
+        """The script's own first mesh, with its line (checked unless ``--mesh`` names another)."""
         if self.script_mesh is None:
             self.script_mesh = (degrees, self.observer.caller())
 
@@ -129,10 +167,11 @@ class Hooks:
     def stop_recording(self) -> None:
         if self.recording:
             self.recording = False
-            self.observer.recorder.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+            self.observer.recorder.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # TorchDispatchMode.__exit__ is untyped
 
     def stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.observer.recorder.in_optimizer = False
+        self.optimizer = self.optimizer or optimizer
         if self.observer.model is None:
             return  # an optimizer stepped before the model ran on a loader batch
         self.observer.steps_done += 1
@@ -150,49 +189,85 @@ def _cuda_calls() -> list[CudaCall]:
     return [CudaCall.model_validate(c) for c in calls] if isinstance(calls, list) else []
 
 
+def _error(out: str, result: dict[str, Any]) -> int:
+    Path(out).write_text(json.dumps(result))
+    return 3
+
+
 def main(argv: list[str]) -> int:
-    out, steps, world, mesh, script, *args = argv
+    out, steps, world, mesh, user_cwd, script, *args = argv
     observer = Observer(int(steps), int(world) or 1, None if mesh == "-" else json.loads(mesh))
     hooks = Hooks(observer)
     hooks.install()
     from anydevice.cuda_compat import control
 
     control.record_lines()  # each CUDA-only call keeps the script's file:line (cuda-compat enables at its import of torch)
+    view = ScratchView(Path.cwd(), Path(user_cwd), Path(script).parent)
+    view.install()
     sys.argv = [script, *args]
-    sys.path.insert(0, str(Path(script).resolve().parent))
-    result: dict[str, Any]
+    sys.path.insert(0, str(Path(script).resolve().parent))  # the script's own modules import as under `python SCRIPT`
     try:
         runpy.run_path(script, run_name="__main__")
     except _Enough:
         pass
     except SystemExit as exc:
-        if exc.code not in (None, 0) and observer.steps_done == 0:
-            Path(out).write_text(json.dumps({"error": f"the script exited with status {exc.code} before its first step"}))
-            return 3
+        if observer.steps_done == 0:
+            code = exc.code if exc.code is not None else 0
+            return _error(out, {"error": f"the script exited with status {code} before its first step", "exit": True})
     except BaseException as exc:
         hooks.stop_recording()
         if observer.steps_done == 0:
             frames = traceback.extract_tb(exc.__traceback__)
             where = next((f"{f.filename}:{f.lineno}" for f in reversed(frames) if "anydevice/" not in f.filename), None)
-            result = {
-                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
-                "line": where,
-            }
-            Path(out).write_text(json.dumps(result))
-            return 3
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return _error(out, {"error": f"{type(exc).__name__}: {first}", "line": where, "stdin": isinstance(exc, EOFError)})
     hooks.stop_recording()
-    if not hooks.loader_seen:
-        Path(out).write_text(json.dumps({"error": "no_loader"}))
-        return 3
     if observer.model is None:
-        Path(out).write_text(json.dumps({"error": "no_model"}))
-        return 3
+        return _error(out, {"error": "no_model"})
+    if observer.steps_done == 0 and not hooks.loader_seen:
+        return _error(out, {"error": "no_step"})  # without a DataLoader, the optimizer step is what marks a step
     if hooks.script_mesh is not None:
-        observer.mesh, observer.mesh_line = hooks.script_mesh
-        if int(world) == 0:  # -n not given: the world the script's mesh names (its fixed degrees)
-            observer.world_size = math.prod(size for size in observer.mesh.values() if size > 0)
+        if observer.mesh is None:
+            observer.mesh, observer.mesh_line = hooks.script_mesh
+            if int(world) == 0:  # -n not given: the world the script's mesh names (its fixed degrees)
+                observer.world_size = math.prod(size for size in observer.mesh.values() if size > 0)
+        else:
+            observer.script_mesh, observer.script_mesh_line = hooks.script_mesh  # --mesh is checked; the script's is noted
     observation = observer.finish(cuda_calls=_cuda_calls())
+    observation.run = CpuRun(workdir=str(Path.cwd()), files=view.written(), from_loader=hooks.loader_seen)
+    observation.source_calls = calls_in(Path(script))  # what the script does after the steps run here, too
     Path(out).write_text(observation.model_dump_json())
+    from anydevice.preflight.runner_protocol import COMPILE_REQUEST
+
+    request = Path(out).with_name(COMPILE_REQUEST)
+    if request.exists():  # --target tpu:<slice>: compile the step with libtpu, one slice at a time
+        return _compile(json.loads(request.read_text()), hooks, observation, Path(out))
+    return 0
+
+
+def _compile(request: dict[str, Any], hooks: Hooks, observation: Any, out: Path) -> int:
+    """Compile the observed step per slice; OUT is rewritten after each, and ``compiling`` names the one under way
+    (a compile killed for host memory or time is then named by the parent)."""
+    from anydevice.errors import AnyDeviceError
+    from anydevice.preflight.compiled import choose_loss, compile_slices
+    from anydevice.preflight.observe import unwrap
+    from anydevice.preflight.runner_protocol import COMPILING
+
+    model = unwrap(hooks.observer.model) if hooks.observer.model is not None else None
+    loss = choose_loss(hooks.first_batch, hooks.observer.args, hooks.observer.kwargs, (u.op for u in observation.ops))
+    mesh = request.get("mesh") or observation.mesh
+    if mesh and not set(mesh) <= {"dp", "fsdp", "tp"}:
+        mesh = None  # the script's own axis names: the compiled step takes dp over the slice (said in its program)
+    for target in request["targets"]:
+        out.with_name(COMPILING).write_text(target)
+        try:
+            step = compile_slices(model, hooks.observer.args, hooks.observer.kwargs, hooks.optimizer, [target], mesh, loss)
+        except AnyDeviceError as exc:
+            out.write_text(json.dumps({"error": "compile_refused", "message": str(exc)}))
+            return 3
+        observation.compiled.update(step)
+        out.write_text(observation.model_dump_json())
+    out.with_name(COMPILING).unlink(missing_ok=True)
     return 0
 
 

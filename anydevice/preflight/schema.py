@@ -6,7 +6,7 @@ its example inputs); ``Report`` adds one ``TargetReport`` per target. docs/check
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,6 +67,9 @@ class Memory(_Model):
     optimizer_state: int
     activations: int
     optimizer: str | None = None
+    estimated_from: Literal["cpu run", "meta shapes"] = "cpu run"
+    """``meta shapes``: a model on the meta device, nothing materialized: every byte is from shapes and dtypes, the
+    activations from the tensors a meta forward saved for backward, the optimizer state from its kind."""
 
     @property
     def total(self) -> int:
@@ -95,6 +98,67 @@ class CudaCall(_Model):
     """``file:line`` of its first occurrence in user code (the first frame outside torch and anydevice)."""
 
 
+class CompiledStep(_Model):
+    """The training step compiled for a TPU slice by libtpu's own compiler on this host: compiled, not run.
+
+    Bytes are per chip (a device's figures times the devices each chip has: two on v4 and v7x).
+    ``fits``: the compiler's verdict (``None`` when the compile failed for another reason).
+    """
+
+    compiler: str
+    """``"libtpu 0.0.42.1 via JAX 0.10.2, lowered by torchax 0.0.13"``."""
+    target: str
+    topology: str
+    counting: str
+    """What the slice's size counts: ``"8 chips"`` or ``"8 TensorCores (4 chips)"``."""
+    chips: int
+    devices: int
+    device_kind: str
+    mesh: dict[str, int]
+    program: str
+    """What was compiled: forward, which loss, backward, the optimizer with its hyper-parameters, the mesh."""
+    assumptions: list[str] = Field(default_factory=list)
+    ok: bool
+    fits: bool | None = None
+    error: str | None = None
+    """The compiler's own words (``RESOURCE_EXHAUSTED: Ran out of memory ...``) or the lowering's error."""
+    error_line: str | None = None
+    seconds: float
+    """From the first call to the compiled program (or the error), lowering included."""
+    lower_seconds: float | None = None
+    """Of ``seconds``: torchax tracing the step to StableHLO; the rest is libtpu's compile."""
+    per_chip_bytes: dict[str, int] = Field(default_factory=dict)
+    """``arguments``, ``outputs``, ``aliased``, ``temporaries``, ``code`` and ``total`` (= a + o - aliased + t + c)."""
+    required_bytes: int | None = None
+    """On an out-of-memory answer: what the compiler said the program needs per chip."""
+    capacity_bytes: int | None = None
+    """Usable HBM per chip as the compiler states it."""
+    collectives: dict[str, int] = Field(default_factory=dict)
+    host_peak_rss_bytes: int | None = None
+
+
+class ShortLastBatch(_Model):
+    """The first DataLoader's dataset is not a whole number of batches (and ``drop_last`` is off)."""
+
+    rows: int
+    batch_size: int
+    last: int
+    """Rows in the last batch of each epoch (``rows % batch_size``)."""
+    line: str | None = None
+    """``file:line`` where the script iterates the loader."""
+
+
+class CpuRun(_Model):
+    """Where the script's first steps ran on the CPU and where the files it wrote went."""
+
+    workdir: str
+    """The scratch working directory (removed afterwards): the script's writes went there, never to the user's folders."""
+    files: list[str] = Field(default_factory=list)
+    """The files the script wrote, as it named them (relative to its working directory, or absolute)."""
+    from_loader: bool = True
+    """The signatures are the DataLoader's batches; False: the model's inputs (a script without a DataLoader)."""
+
+
 class Observation(_Model):
     """What the CPU run saw, independent of any target."""
 
@@ -112,20 +176,31 @@ class Observation(_Model):
     data_dependent: list[OpUse] = Field(default_factory=list)
     memory: Memory | None = None
     cuda_calls: list[CudaCall] = Field(default_factory=list)
+    source_calls: dict[str, str] = Field(default_factory=dict)
+    """Every ``torch.*`` call in the script's own source (``name``, and ``name(device=)`` when given a device
+    keyword) -> ``file:line`` of its first: what a target's ``CheckFacts.refused_calls`` are looked up in."""
     world_size: int = 1
     mesh: dict[str, int] | None = None
     """The device mesh to check (``--mesh dp=2,tp=4``, or the script's own first mesh; -1: what is left of the world)."""
     mesh_line: str | None = None
     """``file:line`` of the script's mesh call (None for ``--mesh``)."""
+    script_mesh: dict[str, int] | None = None
+    """The script's own first mesh when ``--mesh`` named the one checked (noted, not checked)."""
+    script_mesh_line: str | None = None
     collectives: list[CollectiveUse] = Field(default_factory=list)
     drop_last_fix: bool = False
+    short_last_batch: ShortLastBatch | None = None
+    run: CpuRun | None = None
+    """``anydevice check`` of a script: its scratch working directory and the files written there."""
     versions: dict[str, str] = Field(default_factory=dict)
+    compiled: dict[str, CompiledStep] = Field(default_factory=dict)
+    """Per TPU slice target (``"tpu:v5e-8"``): the step compiled by libtpu (``--target tpu:<slice>``)."""
 
 
 class Finding(_Model):
     """One thing a target will do with this model: which check, how bad, what, where and the fix."""
 
-    check: Literal["capture", "shapes", "ops", "dtypes", "cuda_calls", "distributed", "memory"]
+    check: Literal["capture", "shapes", "ops", "dtypes", "cuda_calls", "calls", "distributed", "memory"]
     severity: Severity
     message: str
     line: str | None = None
@@ -159,13 +234,23 @@ class TargetReport(_Model):
     fixes: list[str]
     ops: list[OpVerdict]
     sources: list[str]
+    compile: CompiledStep | None = None
+    """A TPU slice target's step as libtpu compiled it (None for a target named without a slice)."""
+
+
+RAN_ON_CPU: Final = "first steps run on the CPU, judged per target; not a run on the target"
+FROM_SHAPES: Final = "traced from shapes on the meta device, judged per target; nothing run"
+Kind = Literal[
+    "first steps run on the CPU, judged per target; not a run on the target",
+    "traced from shapes on the meta device, judged per target; nothing run",
+]
 
 
 class Report(_Model):
-    """``anydevice check`` output: static analysis, not a run."""
+    """``anydevice check`` output: what ran on the CPU (or was traced from shapes), judged per target."""
 
     schema_version: int = SCHEMA_VERSION
-    kind: Literal["static analysis, not a run"] = "static analysis, not a run"
+    kind: Kind = RAN_ON_CPU
     script: str | None = None
     observation: Observation
     targets: list[TargetReport]

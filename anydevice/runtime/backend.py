@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from anydevice import settings
+from anydevice.contract.evidence import Evidence
 from anydevice.errors import AnyDeviceError, PluginError, SelectionError
 from anydevice.runtime import guard
 from anydevice.runtime.registry import RegisteredDevice, Registry, get_registry
@@ -16,6 +17,7 @@ from anydevice.runtime.selection import AUTO, Choice, parse, resolve
 from anydevice.runtime.untrusted import clean
 
 if TYPE_CHECKING:
+    from anydevice.contract.device_spec import DeviceSpec
     from anydevice.shims.contracts import Shims
 
 
@@ -34,10 +36,16 @@ class Backend:
     why: str
     request: str
     fell_back: bool
-    verified_on_hardware: bool
+    evidence: Evidence
+    """What stands behind the device's plugin (``DeviceSpec.evidence``)."""
     shims: Shims = field(repr=False, compare=False)
     launcher: str = "torchrun"
     """The launcher ``anydevice run`` uses for this device (``DeviceSpec.launch``)."""
+
+    @property
+    def verified_on_hardware(self) -> bool:
+        """True only when the plugin's evidence is a run on the chip."""
+        return self.evidence.verified_on_hardware
 
     @property
     def compilations(self) -> int | None:
@@ -64,6 +72,7 @@ class Backend:
             "request": self.request,
             "fell_back": self.fell_back,
             "verified_on_hardware": self.verified_on_hardware,
+            "evidence": self.evidence.as_dict(),
             "compile_backend": s.compilation.backend,
             "dist_backend": s.collectives.backend,
             "launcher": self.launcher,
@@ -103,6 +112,7 @@ def load_backend(choice: Choice, registry: Registry) -> Backend:
             _import_torch()  # the deadline is for the plugin's own work, not for importing torch
         shims = registry.call(entry.plugin, "load", spec.load)
         _check_shims(entry.plugin, shims)
+        _check_agreement(entry.plugin, spec, shims)
         return registry.call(entry.plugin, "describe", functools.partial(_describe, choice, entry, shims))
     except guard.PluginCallError as exc:
         if isinstance(exc.cause, AnyDeviceError):
@@ -134,6 +144,42 @@ def _check_shims(plugin: str, shims: object) -> None:
         )
 
 
+def disagreements(spec: DeviceSpec, shims: Shims) -> list[str]:
+    """Where a device's declaration read without torch (``DeviceSpec.check``, ``DeviceSpec.launch``) contradicts
+    its loaded shims; empty when they agree.
+
+    ``anydevice check``, ``ad.capabilities()`` and ``anydevice run`` read the declaration without loading the
+    shims, so a fact both state must be the same fact: the process-group backend, the reduce ops the group
+    lacks, the compile backend, and a per-core launch only for the host itself.
+    """
+    facts, found = spec.check, []
+    backend = shims.collectives.backend
+    if facts.dist_backend is not None and facts.dist_backend != backend:
+        found.append(f"CheckFacts.dist_backend is {facts.dist_backend!r} but the collectives shim's backend is {backend!r}")
+    lacking = frozenset(shims.collectives.lacking_reduce_ops)
+    if facts.lacking_reduce_ops is not None and frozenset(facts.lacking_reduce_ops) != lacking:
+        declared = sorted(facts.lacking_reduce_ops)
+        found.append(f"CheckFacts.lacking_reduce_ops is {declared} but the collectives shim lacks {sorted(lacking)}")
+    compiler = shims.compilation.backend
+    if facts.compile_backends and compiler not in facts.compile_backends:
+        backends = list(facts.compile_backends)
+        found.append(f"CheckFacts.compile_backends is {backends} but the compilation shim's backend is {compiler!r}")
+    if spec.launch.ranks == "per_core" and not shims.placement.host:
+        found.append("Launch(ranks='per_core') is for the host CPU, but the placement shim is not the host (host=False)")
+    return found
+
+
+def _check_agreement(plugin: str, spec: DeviceSpec, shims: Shims) -> None:
+    found = disagreements(spec, shims)
+    if found:
+        raise PluginError(
+            plugin,
+            f"the '{spec.name}' device declares a fact twice and the two disagree: {'; '.join(found)}",
+            f"report this to the maintainers of the '{plugin}' plugin: declare each fact once and derive the other "
+            "(docs/plugins.md, 'Each fact once'); or choose another device with ANYDEVICE.",
+        )
+
+
 def _describe(choice: Choice, entry: RegisteredDevice, shims: Shims) -> Backend:
     placement = shims.placement
     chip = shims.profiling.chip() or choice.detection.chip
@@ -149,7 +195,7 @@ def _describe(choice: Choice, entry: RegisteredDevice, shims: Shims) -> Backend:
         why=choice.why,
         request=choice.request,
         fell_back=choice.fell_back,
-        verified_on_hardware=entry.spec.verified_on_hardware,
+        evidence=entry.spec.evidence,
         shims=shims,
         launcher=clean(entry.spec.launch.launcher_name()),
     )

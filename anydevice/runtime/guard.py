@@ -19,7 +19,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
+
+from anydevice.runtime import leftovers
 
 if TYPE_CHECKING:
     from anydevice.contract.device_spec import Detection
@@ -84,8 +86,11 @@ def commands_stdout_kept() -> Iterator[None]:
 class Guarded(Generic[T]):
     """A call started in a daemon thread; :meth:`result` waits for it up to a deadline."""
 
-    def __init__(self, fn: Callable[[], T], name: str) -> None:
+    def __init__(self, fn: Callable[[], T], name: str, plugin: str | None = None) -> None:
+        """Start ``fn`` in a daemon thread named ``anydevice-NAME``; ``plugin``: the third-party plugin whose code it is,
+        whose leftovers (non-daemon threads, exit handlers) are noted (:mod:`anydevice.runtime.leftovers`)."""
         self._fn = fn
+        self._plugin = plugin
         self._value: T | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"anydevice-{name}", daemon=True)
@@ -93,7 +98,11 @@ class Guarded(Generic[T]):
 
     def _run(self) -> None:
         try:
-            self._value = self._fn()
+            if self._plugin is None:
+                self._value = self._fn()
+            else:
+                with leftovers.watched(self._plugin):
+                    self._value = self._fn()
         except BaseException as exc:  # SystemExit and friends are reported, not obeyed
             self._error = exc
 
@@ -105,7 +114,7 @@ class Guarded(Generic[T]):
             raise DeadlineExceeded(timeout)
         if self._error is not None:
             raise self._error
-        return self._value  # type: ignore[return-value]  # set: the thread returned without an error
+        return cast(T, self._value)  # set: the thread returned without an error
 
 
 def call(fn: Callable[[], T], timeout: float | None, plugin: str, stage: str) -> T:
@@ -117,7 +126,7 @@ def call(fn: Callable[[], T], timeout: float | None, plugin: str, stage: str) ->
         if timeout is None:
             with stdout_to_stderr():
                 return fn()
-        return Guarded(fn, f"{stage}-{plugin}").result(timeout)
+        return Guarded(fn, f"{stage}-{plugin}", plugin).result(timeout)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # a plugin must not end the process, even by exiting

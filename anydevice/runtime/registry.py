@@ -32,7 +32,7 @@ from anydevice import settings
 from anydevice.contract import hookspecs
 from anydevice.contract.device_spec import Detection, DeviceSpec, detection_problems, spec_problems
 from anydevice.errors import SelectionError
-from anydevice.runtime import guard
+from anydevice.runtime import guard, leftovers
 from anydevice.runtime.untrusted import clean, clean_detection
 
 T = TypeVar("T")
@@ -212,7 +212,9 @@ class Registry:
         deadline = self.deadline
         started: dict[str, Callable[[], object]] = {}
         for candidate in candidates:
-            pending = guard.Guarded(self._marked(candidate.load), f"import-{candidate.name}")
+            if candidate.value is not None:
+                leftovers.note_package(candidate.value.partition(":")[0], candidate.name)
+            pending = guard.Guarded(self._marked(candidate.load), f"import-{candidate.name}", candidate.name)
             started[candidate.name] = functools.partial(_imported, candidate.name, pending, time.monotonic() + deadline, deadline)
         return started
 
@@ -366,7 +368,7 @@ class Registry:
         timeout = self.deadline
         missing = [name for name in wanted if name not in self._detections]
         started = {
-            name: guard.Guarded(self.devices[name].spec.detect, f"detect-{name}")
+            name: guard.Guarded(self.devices[name].spec.detect, f"detect-{name}", self.devices[name].plugin)
             for name in missing
             if not self.devices[name].builtin
         }

@@ -15,11 +15,13 @@ How a fallback is noticed is the device plugin's declaration (``CheckFacts.fallb
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
 import threading
 import warnings
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from anydevice import settings
@@ -159,17 +161,34 @@ def _shim_folders() -> tuple[str, ...]:
     return tuple(folder + os.sep for folder in (spec.submodule_search_locations or ())) if spec else ()
 
 
+@functools.cache
+def _stdlib() -> tuple[str, ...]:
+    """Python's own library folder(s): ``contextlib``'s ``__enter__`` or ``functools``' wrapper is never the user's line."""
+    import sysconfig
+
+    return tuple(dict.fromkeys(os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib")))
+
+
+_PACKAGES = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+
+
 def user_line(skip: tuple[str, ...] = ()) -> str | None:
-    """``file:line`` of the innermost frame outside torch, anydevice and ``skip`` (the user's code), or None."""
+    """``file:line`` of the innermost frame outside torch, anydevice, Python's library and ``skip`` (the user's code), or None.
+
+    Installed packages other than torch count as the user's (a Hugging Face model's line is where its op runs),
+    even when they are installed under Python's library folder.
+    """
     import torch
 
     internal = (os.path.dirname(torch.__file__), _OWN + os.sep, *_shim_folders(), *skip)
-    frame = sys._getframe(1)
+    stdlib = _stdlib()
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not name.startswith(internal) and not name.startswith("<"):
+        library = name.startswith(stdlib) and not any(p in name for p in _PACKAGES)
+        if not name.startswith(internal) and not name.startswith("<") and not library:
             return f"{name}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return None
 
 
@@ -197,7 +216,7 @@ class _FallbackLines:
         self._has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
         watcher = self
 
-        class Mode(_mode_base()):  # type: ignore[misc]
+        class Mode(_mode_base()):  # type: ignore[misc]  # a base chosen at run time (TorchDispatchMode, imported lazily)
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 if any(getattr(getattr(a, "device", None), "type", None) == watcher.device_type for a in args):
                     watcher.note(func.name())

@@ -2,15 +2,16 @@
 
 :func:`clean` is the one function every output path uses (``list``, ``info``, ``doctor``, the
 matrix page): control characters and escape sequences are escaped (``\\x1b`` is printed as the
-four characters ``\\x1b``, a newline as ``\\n``), so a plugin cannot retitle the terminal, move the
-cursor or forge rows; and the length is capped, so a 5 MB reason cannot make a 5 MB listing.
+four characters ``\\x1b``, a newline as ``\\n``, a non-UTF-8 byte's surrogate as ``\\udce9``),
+so a plugin cannot retitle the terminal, move the cursor, forge rows or crash the output; and the
+length is capped, so a 5 MB reason cannot make a 5 MB listing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Final, TypeVar, overload
+from typing import TYPE_CHECKING, Final, TypeVar, cast, overload
 
 if TYPE_CHECKING:
     from anydevice.contract.device_spec import Detection
@@ -18,7 +19,9 @@ if TYPE_CHECKING:
 LIMIT: Final = 500
 """Characters of one plugin text kept; the rest is replaced by ``… (N more)``."""
 
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+"""Control characters, line and direction marks, and lone surrogates (a non-UTF-8 path, ``os.fsdecode``), which no
+UTF-8 terminal can print."""
 _MARKER = re.compile(r"… \(\d+ more\)$")
 T = TypeVar("T")
 
@@ -61,11 +64,11 @@ def clean(text: str | None, limit: int = LIMIT) -> str | None:
 def clean_tree(value: T, limit: int = LIMIT) -> T:
     """:func:`clean` applied to every string inside nested dicts, lists and tuples (keys included)."""
     if isinstance(value, str):
-        return clean(value, limit)  # type: ignore[return-value]  # a str in, a str out
+        return cast(T, clean(value, limit))  # a str in, a str out
     if isinstance(value, dict):
-        return {clean_tree(k, limit): clean_tree(v, limit) for k, v in value.items()}  # type: ignore[return-value]
+        return cast(T, {clean_tree(k, limit): clean_tree(v, limit) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
-        return type(value)(clean_tree(v, limit) for v in value)  # type: ignore[return-value]
+        return cast(T, type(value)(clean_tree(v, limit) for v in value))
     return value
 
 

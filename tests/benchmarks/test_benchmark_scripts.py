@@ -94,6 +94,7 @@ def test_import_time_discovers_the_dummy_plugins(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long("launches a 2-rank job with torchrun and with anydevice run, in rounds")
 def test_launch_overhead_runs_both_launchers(tmp_path: Path) -> None:
     out = tmp_path / "launch.json"
     run("launch_overhead.py", "--steps", "3", "--rounds", "1", "--out", str(out))

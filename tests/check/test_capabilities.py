@@ -40,9 +40,9 @@ class _Bare:
     @hookimpl
     def anydevice_register_devices(self, register: Callable[[DeviceSpec], None]) -> None:
         def load() -> object:
-            from anydevice.shims.eager import EagerVendor, eager_shims
+            from anydevice.shims.eager import EagerVendor, PlacementTable, eager_shims
 
-            return eager_shims(EagerVendor(device_type="cpu", host=True))
+            return eager_shims(EagerVendor(device_type="cpu", placement=PlacementTable(host=True)))
 
         register(DeviceSpec(name="bare", detect=lambda: Detection.ok("host"), load=load))  # type: ignore[arg-type]
 

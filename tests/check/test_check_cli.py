@@ -1,7 +1,9 @@
 """`anydevice check` on scripts made to fail one check each: the report names each problem with its source line.
 
 Every run is real: the script runs its first steps on the CPU in a child process; the targets are judged
-from their plugins' declarations (TPU: static shapes, no float64, whole slices).
+from their plugins' declarations (TPU: static shapes, no float64, whole slices). The command itself runs in
+this process (``cli_in_process``) where a test reads its report; bad input, which also checks that nothing
+is left behind (temporary files, processes), runs it as a command.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from anydevice.preflight.schema import Report
-from tests.utils import REPO, anydevice_cli
+from anydevice.preflight.schema import RAN_ON_CPU, Report
+from tests.utils import REPO, anydevice_cli, cli_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +32,7 @@ def marker(case: str) -> str:
 
 @functools.cache
 def checked(case: str, *extra: str) -> tuple[int, Report]:
-    done = anydevice_cli("check", str(CASES), case, "--target", "tpu,cpu", "--json", *extra)
+    done = cli_in_process("check", str(CASES), case, "--target", "tpu,cpu", "--json", *extra)
     assert done.returncode in (0, 1), done.stderr
     return done.returncode, Report.model_validate_json(done.stdout)
 
@@ -41,7 +43,7 @@ def findings(report: Report, target: str, check: str) -> list[Any]:
 
 def test_a_clean_model_runs_everywhere_and_the_json_is_the_schema() -> None:
     code, report = checked("clean")
-    assert code == 0 and report.ok and report.kind == "static analysis, not a run"
+    assert code == 0 and report.ok and report.kind == RAN_ON_CPU
     assert [t.verdict for t in report.targets] == ["runs", "runs"]
     assert report.observation.steps == 4 and report.observation.memory is not None
     assert report.observation.memory.optimizer == "AdamW" and report.observation.memory.optimizer_state > 0
@@ -100,15 +102,15 @@ def test_cuda_only_calls_are_reported_from_cuda_compat_with_their_source_line() 
 
 
 def test_the_text_report_shows_each_cuda_call_at_its_line() -> None:
-    done = anydevice_cli("check", str(CASES), "cuda", "--target", "tpu")
+    done = cli_in_process("check", str(CASES), "cuda", "--target", "tpu")
     shown = [line for line in done.stdout.splitlines() if "cuda_calls" in line and "synchronize" in line]
     assert shown and shown[0].rstrip().endswith(f"{marker('cuda')})"), done.stdout
 
 
-def test_the_text_report_is_marked_static_analysis_with_versions() -> None:
-    done = anydevice_cli("check", str(CASES), "float64", "--target", "tpu")
+def test_the_text_report_says_what_ran_where_with_versions() -> None:
+    done = cli_in_process("check", str(CASES), "float64", "--target", "tpu")
     assert done.returncode == 1
-    assert "static analysis, not a run" in done.stdout and "torch " in done.stdout
+    assert "first steps run on the CPU, judged per target; not a run on the target" in done.stdout and "torch " in done.stdout
     assert "tpu: WILL NOT COMPILE" in done.stdout and marker("float64") in done.stdout
     assert any(line.startswith("  ops: ") and "unknown" in line for line in done.stdout.splitlines())  # a mark per op
 
@@ -128,8 +130,8 @@ def test_bad_input_gets_one_clear_message_and_leaves_nothing(tmp_path: Path) -> 
     assert "fails.py:4" in failed.stderr and "ValueError: boom" in failed.stderr
     bare = tmp_path / "bare.py"
     bare.write_text("import torch\nm = torch.nn.Linear(2, 2)\nm(torch.randn(1, 2)).sum().backward()\n")
-    no_loader = anydevice_cli("check", str(bare), "--target", "tpu", env=env)
-    assert no_loader.returncode == 2 and "never iterated a torch.utils.data.DataLoader" in no_loader.stderr
+    no_step = anydevice_cli("check", str(bare), "--target", "tpu", env=env)
+    assert no_step.returncode == 2 and "never stepped an optimizer (and iterated no DataLoader)" in no_step.stderr
     usage = anydevice_cli("check", "--target", "tpu", env=env)
     assert usage.returncode == 2 and "No script given" in usage.stderr
     assert list(tmp.iterdir()) == []  # nothing left in the temporary directory
@@ -152,7 +154,7 @@ def test_json_schema_round_trips() -> None:
 
 
 def test_an_avg_reduction_the_backend_lacks_will_not_launch_there_at_its_line() -> None:
-    done = anydevice_cli("check", str(CASES), "avg", "--target", "xla,cpu", "--json")
+    done = cli_in_process("check", str(CASES), "avg", "--target", "xla,cpu", "--json")
     assert done.returncode == 1, done.stderr
     report = Report.model_validate_json(done.stdout)
     xla, cpu = report.targets
@@ -186,7 +188,7 @@ def test_a_mesh_alone_sets_the_world_and_is_checked_against_whole_slices() -> No
 
 
 def test_a_mesh_that_is_not_axis_sizes_is_a_usage_error() -> None:
-    done = anydevice_cli("check", str(CASES), "clean", "--target", "tpu", "--mesh", "dp:2")
+    done = cli_in_process("check", str(CASES), "clean", "--target", "tpu", "--mesh", "dp:2")
     assert done.returncode == 2 and "is not AXIS=N" in done.stderr
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from anydevice.cli import main as cli_main
 from anydevice.compat_matrix.claims import Source, origin
 from anydevice.compat_matrix.cli import main
 from anydevice.compat_matrix.merge import NOT_APPLICABLE, LoadedRun, merge, tally
@@ -82,3 +83,35 @@ def test_export_probes_picked_without_their_target_say_which_target_runs_them(
     assert main(["probe", "--only", "export_litert_mlp", "--out", str(out)]) == 2
     assert "matches no probe; export probes run with --target litert;" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        ("tpu:v5e-8", 'pip install "anydevice[tpu-check]"'),
+        ("tpu:v9z-8", "v5e"),
+        ("onnx", "Unknown target 'onnx'"),
+        ("cpu:big-8", "cpu names no slices"),
+    ],
+)
+def test_compile_targets_are_refused_up_front_without_the_compiler_or_with_an_unknown_slice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, target: str, words: str
+) -> None:
+    """Here (the main lane) jax and libtpu are not installed: a slice target names the extra; an unknown slice
+    lists the valid ones; an unknown target lists the targets. No probe runs, nothing is written."""
+    monkeypatch.delenv("ANYDEVICE", raising=False)
+    out = tmp_path / "r.json"
+    assert cli_main(["matrix", "probe", "--target", target, "--out", str(out)]) != 0  # the `anydevice` command
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_the_committed_compile_column_comes_from_a_real_compile() -> None:
+    committed = load_run(REPO / "compat_matrix" / "results" / "tpu-v5e-8-compiled.json")
+    assert committed.export is not None and committed.export.kind == "compile" and committed.export.target == "tpu:v5e-8"
+    assert set(committed.export.versions) == {"libtpu", "jax", "torchax"}
+    status = {r.probe: r for r in committed.results}
+    assert status["compile_tpu_causal_lm"].status is Status.PASS and "fits" in status["compile_tpu_causal_lm"].log
+    assert status["compile_tpu_mask_index"].status is Status.FAIL
+    assert "never run" in committed.export.runs_on

@@ -23,6 +23,8 @@ from anydevice.shims.contracts import (
     Shims,
 )
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 
 def test_backend_describes_the_selection() -> None:
     b = ad.use("cpu")

@@ -20,6 +20,8 @@ import anydevice as ad
 from anydevice.errors import CheckpointError
 from tests.utils import child_env
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 
 @pytest.fixture(autouse=True)
 def cpu() -> None:

@@ -1,4 +1,5 @@
-"""The command line and the main job's error paths, as a user meets them: real subprocesses."""
+"""The command line and the main job's error paths, as a user meets them: real subprocesses, except where a test reads
+only what the CLI prints (``cli_in_process``: the same ``anydevice.cli.main``, without an interpreter and ``import torch``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.utils import TRAIN, anydevice_cli, python
+from tests.utils import TRAIN, anydevice_cli, cli_in_process, python
 
 BUILT_IN = ("cpu", "cuda", "tpu", "neuron", "xla", "mps", "xpu")
 
@@ -48,19 +49,19 @@ def test_quiet_silences_the_fallback_line() -> None:
     ("value", "fragment"), [("cpu,,cuda", "empty entry"), ("cpu:7", "index 7 is out of range"), ("cpu:x", "non-negative integer")]
 )
 def test_cli_errors_are_sentences(value: str, fragment: str) -> None:
-    proc = anydevice_cli("info", env={"ANYDEVICE": value})
+    proc = cli_in_process("info", env={"ANYDEVICE": value})
     assert proc.returncode == 2
     assert proc.stderr.startswith("anydevice: error: ") and fragment in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_debug_shows_the_traceback() -> None:
-    proc = anydevice_cli("info", env={"ANYDEVICE": "tpuu", "ANYDEVICE_DEBUG": "1"})
+    proc = anydevice_cli("info", env={"ANYDEVICE": "tpuu", "ANYDEVICE_DEBUG": "1"})  # the interpreter prints it
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "UnknownDeviceError" in proc.stderr
 
 
 def test_list_shows_every_builtin_with_its_reason() -> None:
-    proc = anydevice_cli("list", "--json")
+    proc = cli_in_process("list", "--json")
     assert proc.returncode == 0, proc.stderr
     devices = {d["name"]: d for d in json.loads(proc.stdout)["devices"]}
     assert set(BUILT_IN) <= set(devices)
@@ -72,15 +73,17 @@ def test_list_shows_every_builtin_with_its_reason() -> None:
     reasons = [devices[n]["reason"] for n in BUILT_IN if n != "cpu"]
     assert len(set(reasons)) == len(reasons)  # each its own reason
     assert devices["neuron"]["verified_on_hardware"] is False
+    assert devices["neuron"]["evidence"]["level"] == "stand-in"
 
 
 def test_list_text_output() -> None:
-    proc = anydevice_cli("list")
+    proc = cli_in_process("list")
     assert proc.returncode == 0
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line and not line.startswith(" ")}
     assert "✓ available" in lines["cpu"]
     assert "✗ unavailable" in lines["tpu"] and "fix:" in proc.stdout
-    assert "[not verified on hardware]" in lines["neuron"]
+    assert "[not verified on hardware: ran on a stand-in, not the chip]" in lines["neuron"]
+    assert "[not verified on hardware: declared, not run]" in lines["tpu"] and "[ran on the chip (" in lines["cpu"]
 
 
 def test_info_json_reports_selection_and_imports_no_vendor_module() -> None:
@@ -94,7 +97,7 @@ def test_info_json_reports_selection_and_imports_no_vendor_module() -> None:
 
 
 def test_info_text_says_why() -> None:
-    proc = anydevice_cli("info")
+    proc = cli_in_process("info")
     assert proc.returncode == 0
     assert "why        auto: cpu" in proc.stdout
 

@@ -8,6 +8,8 @@ import anydevice as ad
 from anydevice.errors import UnsupportedFeatureError
 from anydevice.shims import compile_options
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 torch = pytest.importorskip("torch")
 
 

@@ -8,6 +8,8 @@ from anydevice.contract.device_spec import DeviceSpec, Hardware, Launch
 from anydevice.plugins import cpu, cuda, tpu, xla
 from anydevice.runtime.registry import Registry
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 
 def registry_of(*modules: object) -> Registry:
     return Registry(plugins=[(m.__name__.rsplit(".", 1)[-1], m, "anydevice") for m in modules], timeout=30)

@@ -92,22 +92,63 @@ def _vendor_literals(path: Path) -> Iterator[str]:
             yield f"{relative(path)}:{number}: {line.strip()}"
 
 
+STRING_IMPORT = re.compile(r"anydevice(?:\.\w+)+(?=$|:)")
+"""A module named in a string (``"anydevice.compat_matrix.cli"``, ``"anydevice.shims.lazy_xla:fallback_probe"``)."""
+
+
+def _exists(path: Path, module: str) -> bool:
+    """Whether ``module`` is a module of the tree ``path`` belongs to (a string like an entry-point group is not)."""
+    root = path
+    for _ in relative(path).split("/"):
+        root = root.parent
+    folders = {name: folder for folder, name in PACKAGES.items()}
+    parts = module.split(".")
+    for depth in range(len(parts), 0, -1):  # the longest mapped package prefix: anydevice.shims -> shims/
+        head = ".".join(parts[:depth])
+        if head in folders:
+            base = root / folders[head] / "/".join(parts[depth:])
+            return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+    return False
+
+
 def imported_modules(path: Path) -> Iterator[tuple[int, str]]:
     """``(line, absolute module)`` of every import in ``path`` (relative imports resolved within its folder).
 
-    Every import counts, also those inside functions and under ``TYPE_CHECKING``.
+    Every import counts, also those inside functions and under ``TYPE_CHECKING``; an import through the package's
+    face (``import anydevice``; ``from anydevice import x`` judged as ``anydevice.x``); and a module named by a
+    string (``importlib.import_module("anydevice.x")``, a ``"module:function"`` the code imports later).
     """
     package = {"plugins": "anydevice.plugins", "shims": "anydevice.shims", "compat_matrix": "anydevice.compat_matrix"}
     here = package.get(relative(path).split("/")[0], "anydevice")
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    located = {  # find_spec("anydevice.x") locates a folder and imports nothing of it
+        id(arg)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "find_spec"
+        for arg in node.args
+    }
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 base = f"{here}.{base}" if base else here
-            yield node.lineno, base
+            if base != "anydevice":  # the package's face: each name is judged as the module it would be
+                yield node.lineno, base
             yield from ((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings | located:
+            found = STRING_IMPORT.match(node.value.strip())
+            if found is not None and _exists(path, found.group(0)):
+                yield node.lineno, found.group(0)
 
 
 def test_core_names_no_vendor() -> None:
@@ -258,7 +299,7 @@ def layering_violations(folder: str, root: Path = REPO, layers: list[Layer] | No
             found.append(f"{rel}: {name} is in no layer (add it to the table in docs/architecture.md)")
             continue
         for line, module in imported_modules(path):
-            if module == "anydevice" or not module.startswith("anydevice."):
+            if module != "anydevice" and not module.startswith("anydevice."):
                 continue
             if not allowed(importer, module, layers):
                 found.append(f"{rel}:{line}: {module} ({importer.name} may import only {', '.join(importer.may_import)})")
@@ -310,6 +351,35 @@ def test_the_import_rules_catch_planted_violations(tmp_path: Path) -> None:
     assert not [hit for hit in found if "_layering_sample" not in hit], found
 
 
+def test_package_face_and_string_imports_are_seen(tmp_path: Path) -> None:
+    """Imports the 0.4 test could not see: through the package's face, and by a module's name in a string."""
+    plant(tmp_path, "compat_matrix/page.py", "")  # a module named by a string counts when it exists in the tree
+    plant(tmp_path, "anydevice/runtime/strict.py", "")
+    bad = {
+        "anydevice/edge/_face_sample.py": "def f():\n    import anydevice as ad\n    return ad.load\n",
+        "anydevice/runtime/_face_sample.py": "from anydevice import cli\n",
+        "anydevice/cli/_string_sample.py": 'import importlib\npage = importlib.import_module("anydevice.compat_matrix.page")\n',
+        "plugins/_string_sample.py": 'PROBE = "anydevice.runtime.strict:user_line"\n',
+    }
+    for rel, text in bad.items():
+        plant(tmp_path, rel, text)
+    fine = {  # not imports: a docstring naming a module, an entry-point group, a folder located without importing it
+        "anydevice/cli/_fine_sample.py": '"""Runs anydevice.compat_matrix.page."""\nGROUP = "anydevice.commands"\n',
+        "anydevice/runtime/_fine_sample.py": (
+            'import importlib.util\nSPEC = importlib.util.find_spec("anydevice.compat_matrix.page")\n'
+        ),
+    }
+    for rel, text in fine.items():
+        plant(tmp_path, rel, text)
+    layers = read_layers(ARCHITECTURE.read_text())
+    found = [hit for folder in ("anydevice", "plugins", "compat_matrix") for hit in layering_violations(folder, tmp_path, layers)]
+    assert "anydevice/edge/_face_sample.py:2: anydevice (features may import only" in " ".join(found)
+    assert "anydevice/runtime/_face_sample.py:1: anydevice.cli (runtime may import only" in " ".join(found)
+    assert "anydevice/cli/_string_sample.py:2: anydevice.compat_matrix.page (tools may import only" in " ".join(found)
+    assert "plugins/_string_sample.py:1: anydevice.runtime.strict (plugins may import only" in " ".join(found)
+    assert not [hit for hit in found if "_fine_sample" in hit], found
+
+
 def test_the_table_is_read_not_copied(tmp_path: Path) -> None:
     """A row changed in the document changes the verdict: allowing files to import the runtime lets the planted module pass."""
     plant(tmp_path, "anydevice/files/_layering_sample.py", "from anydevice.runtime.registry import Registry\n")
@@ -318,22 +388,6 @@ def test_the_table_is_read_not_copied(tmp_path: Path) -> None:
     )
     assert layering_violations("anydevice", tmp_path, read_layers(ARCHITECTURE.read_text()))
     assert not layering_violations("anydevice", tmp_path, read_layers(text))
-
-
-def test_no_module_uses_an_old_path() -> None:
-    """The project imports the new paths; ``anydevice/old_paths.py`` serves only users' code."""
-    from anydevice.old_paths import MOVED
-
-    folders = ("anydevice", "shims", "plugins", "compat_matrix", "tests", "examples", "benchmarks")
-    found = [
-        f"{path.relative_to(REPO)}:{line}: {module}"
-        for folder in folders
-        for path in python_files(folder)
-        if path.name != "test_old_paths.py"
-        for line, module in imported_modules(path)
-        if any(module == old or module.startswith(old + ".") for old in MOVED)
-    ]
-    assert not found, "\n".join(found)
 
 
 # -- vendor environment variables live in the plugins that read them ---------------------------------

@@ -20,12 +20,16 @@ def test_importing_the_plugin_api_imports_no_torch() -> None:
     assert run.returncode == 0 and run.stdout.strip() == "False", run.stderr
 
 
-def test_the_flat_keywords_of_0_3_still_work_with_a_deprecation_warning() -> None:
-    with pytest.warns(DeprecationWarning, match=r"host -> placement=PlacementTable\(host=...\)"):
-        vendor = plugin.EagerVendor("cpu", "inductor", "gloo", host=True, chip=lambda: "c")
-    assert vendor.placement.host and vendor.collectives.backend == "gloo" and vendor.profiling.chip() == "c"
-    assert vendor.compile.inductor and vendor.compile.resolved_backend() == "inductor"
-    with pytest.raises(TypeError, match="unknown keywords"):
+def test_the_flat_keywords_of_0_3_are_an_error_naming_their_section() -> None:
+    """Deprecated in 0.4 with a warning, removed in 0.5 as promised; the error says what to write."""
+    with pytest.raises(
+        TypeError,
+        match=r"EagerVendor\(host=\.\.\.\) was removed in anydevice 0\.5: write placement=PlacementTable\(host=\.\.\.\)",
+    ):
+        plugin.EagerVendor("cpu", host=True)
+    with pytest.raises(TypeError, match="sections by keyword"):
+        plugin.EagerVendor("cpu", "inductor", "gloo")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'compile_backnd'"):
         plugin.EagerVendor("cpu", compile_backnd="inductor")
 
 

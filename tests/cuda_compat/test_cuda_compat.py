@@ -17,6 +17,8 @@ import torch
 from tests.cuda_compat.gpu_checkpoint import gpt_state, save_as_gpu
 from tests.distributed.helpers import Result, anydevice_run, python
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 SCRIPTS = Path(__file__).parent / "scripts"
 LOUD = {"ANYDEVICE_QUIET": ""}  # the helper silences anydevice's own lines; these tests read them
 DRIVER_ERRORS = ("CUDA driver", "Torch not compiled with CUDA", "Found no NVIDIA driver", "Cannot access accelerator")
@@ -66,12 +68,12 @@ def test_environment_variable_alone_runs_an_unmodified_script(tmp_path: Path) ->
     compat = python(SCRIPTS / "loader_cuda.py", ANYDEVICE_CUDA_COMPAT="1", ANYDEVICE_CUDA_COMPAT_REPORT=str(report))
     by_hand = python(SCRIPTS / "loader_port.py", "--device=cpu")
     got, want = last_json(compat), last_json(by_hand)
-    assert got["device"] == got["reported"] == "cpu"  # torch.accelerator names the real device
+    assert got["device"] == got["reported"] == "cpu"  # torch.accelerator: no accelerator on cpu, as torch says
     assert_close(got["losses"], want["losses"])
     assert_no_raw_cuda_error(compat)
     calls = {row["call"]: row["kind"] for row in json.loads(report.read_text())["calls"]}
     assert calls["DataLoader(pin_memory=True)"] == "answered neutrally"
-    assert calls["torch.accelerator.current_accelerator()"] == "redirected"
+    assert "torch.accelerator.current_accelerator()" not in calls  # torch's own answer on a host device
     assert calls["GradScaler('cuda')"] == "redirected" and calls["Tensor.cuda()"] == "redirected"
 
 
@@ -135,6 +137,19 @@ def test_ddp_nccl_script_runs_on_two_cpu_processes_with_gloo() -> None:
     assert got[0]["weights"] == got[1]["weights"] == want[0]["weights"]
 
 
+def test_tensor_parallel_with_a_cuda_device_mesh_on_two_cpu_processes() -> None:
+    """pytorch/examples' tensor-parallel idiom: init_device_mesh("cuda"), ColwiseParallel/RowwiseParallel, DTensor."""
+    compat = anydevice_run("-n", "2", "--cuda-compat", SCRIPTS / "tp_cuda.py", timeout=300, TP_DEVICE="cuda")
+    plain = anydevice_run("-n", "2", SCRIPTS / "tp_cuda.py", timeout=300)  # the same program, "cpu" mesh, no compat
+    assert compat.returncode == 0, compat.stderr[-3000:]
+    got, want = compat.by_rank(), plain.by_rank()
+    assert sorted(got) == [0, 1]
+    for rank in (0, 1):
+        assert got[rank]["mesh"] == want[rank]["mesh"] == "cpu"
+        assert got[rank]["losses"] == want[rank]["losses"]
+    assert "_cuda_setDevice" not in compat.stderr
+
+
 @pytest.fixture
 def compat() -> Any:
     import anydevice as ad
@@ -158,7 +173,7 @@ def test_torch_internals_hold_the_real_torch_and_the_script_a_view(compat: Any) 
     exec("import torch\nfrom torch.cuda import is_available\nanswers = (is_available(), torch.cuda.device_count())", script)
     assert script["torch"] is torch and script["answers"] == (True, 1)
     assert (torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.is_current_stream_capturing()) == (True, 1, False)
-    assert torch.accelerator.current_accelerator() == torch.device("cpu")
+    assert torch.accelerator.current_accelerator() == real.accelerator.current_accelerator()  # cpu selected: torch's own answer
     model = torch.nn.Linear(4, 4).cuda()
     opt = torch.optim.Adam(model.parameters())
     model(torch.randn(2, 4, device="cuda")).sum().backward()
@@ -178,8 +193,9 @@ def test_no_torch_cuda_name_reaches_cuda(compat: Any) -> None:
             pass  # refused by name, or needs arguments
         except Exception as exc:
             raise AssertionError(f"torch.cuda.{name}() reached CUDA: {exc!r}") from exc
-    with pytest.raises(UnsupportedDeviceFunctionError, match=r"torch.cuda.get_device_capability\(\) is not available on cpu"):
-        torch.cuda.get_device_capability()
+    with pytest.raises(UnsupportedDeviceFunctionError, match=r"torch.cuda.graph_pool_handle\(\) is not available on cpu"):
+        torch.cuda.graph_pool_handle()
+    assert torch.cuda.get_device_capability() == (0, 0)  # selects no CUDA-only path (test_truthful_answers.py)
     assert torch.cuda.is_bf16_supported() and torch.cuda.get_arch_list() == []
     assert torch.cuda.make_graphed_callables(len, ()) is len
 

@@ -8,6 +8,8 @@ import torch
 import anydevice as ad
 from anydevice.errors import UnsupportedDeviceFunctionError
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 
 @pytest.fixture
 def dm() -> object:

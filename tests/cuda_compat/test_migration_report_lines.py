@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 from anydevice.cuda_compat.migration_report import REDIRECTED, REFUSED, MigrationReport
+
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
 
 
 def _here() -> str:

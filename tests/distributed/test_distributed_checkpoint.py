@@ -11,6 +11,8 @@ import pytest
 
 from tests.distributed.helpers import TRAIN, WORKERS, anydevice_run, python
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 WORKER = WORKERS / "dcp_checkpoint.py"
 ARGS = ["--steps", "12", "--d-model", "32", "--layers", "1", "--batch-size", "8", "--seq-len", "32", "--log-every", "0"]
 FSDP = [*ARGS, "--parallel", "fsdp"]

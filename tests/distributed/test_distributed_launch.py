@@ -9,9 +9,18 @@ import pytest
 
 from tests.distributed.helpers import TRAIN, WORKERS, anydevice_run, python
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
 
-def test_every_collective_across_two_ranks():
-    result = anydevice_run("-n", "2", WORKERS / "collectives.py")
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    """One 2-rank launch of collectives.py serves the collectives test and the launcher-environment test (the
+    worker prints both; OMP_NUM_THREADS is left empty in the parent, arguments are passed through)."""
+    return anydevice_run("-n", "2", WORKERS / "collectives.py", "--flag", "value", ANYDEVICE="cpu", OMP_NUM_THREADS="")
+
+
+def test_every_collective_across_two_ranks(two_ranks):
+    result = two_ranks
     assert result.returncode == 0, result.stderr
     ranks = result.by_rank()
     assert sorted(ranks) == [0, 1]
@@ -33,14 +42,19 @@ def test_every_collective_across_two_ranks():
     assert ranks[1]["reduce_scatter"] == [6.0, 9.0]
 
 
+@pytest.fixture(scope="module")
+def wrapped():
+    """One 2-rank launch of wrap.py trains with DDP, then FSDP2 (a fresh model each): it serves both cases below."""
+    return anydevice_run("-n", "2", WORKERS / "wrap.py", "ddp", "fsdp")
+
+
 @pytest.mark.parametrize(
     "strategy, wrapper, param_type", [("ddp", "DistributedDataParallel", "Parameter"), ("fsdp", "FSDPNet", "DTensor")]
 )
-def test_wrap_keeps_ranks_in_step(strategy, wrapper, param_type):
+def test_wrap_keeps_ranks_in_step(wrapped, strategy, wrapper, param_type):
     """Different data per rank, yet identical parameters after 5 steps: gradients were averaged."""
-    result = anydevice_run("-n", "2", WORKERS / "wrap.py", strategy)
-    assert result.returncode == 0, result.stderr
-    ranks = result.by_rank()
+    assert wrapped.returncode == 0, wrapped.stderr
+    ranks = {row["rank"]: row for row in wrapped.json_lines() if row["strategy"] == strategy}
     assert sorted(ranks) == [0, 1]
     assert ranks[0]["wrapper"] == wrapper
     assert ranks[0]["param_types"] == [param_type]
@@ -57,8 +71,8 @@ def test_a_crashing_rank_ends_the_run_with_its_error():
     assert "passed the barrier" not in result.stdout
 
 
-def test_children_get_the_resolved_device_and_no_autoload():
-    result = anydevice_run("-n", "2", WORKERS / "env.py", "--flag", "value", ANYDEVICE="cpu", OMP_NUM_THREADS="")
+def test_children_get_the_resolved_device_and_no_autoload(two_ranks):
+    result = two_ranks
     assert result.returncode == 0, result.stderr
     ranks = result.by_rank()
     for rank, row in ranks.items():
@@ -69,7 +83,7 @@ def test_children_get_the_resolved_device_and_no_autoload():
         assert row["torch_tpu_imported"] is False
         assert row["env"]["OMP_NUM_THREADS"] == "1"  # unset in the parent: one thread per rank, as torchrun does
         assert row["argv"][1:] == ["--flag", "value"]
-        assert row["argv"][0].endswith("env.py")
+        assert row["argv"][0].endswith("collectives.py")
 
 
 def test_per_rank_environment_is_set_before_the_script_runs():
@@ -295,11 +309,12 @@ def test_an_unknown_declared_launcher_is_a_clear_error() -> None:
 @pytest.mark.slow
 def test_fsdp_trains_right_after_an_evaluation_forward() -> None:
     """wrap(model, "fsdp") reshards the root after forward: a no_grad forward must not leave stale full weights there."""
-    rows = {}
-    for root in ("default", "keep"):
-        result = anydevice_run("-n", "2", WORKERS / "fsdp_eval_first.py", root, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-        rows[root] = result.by_rank()
+    result = anydevice_run("-n", "2", WORKERS / "fsdp_eval_first.py", "default", "keep", timeout=300)  # one launch, both
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows: dict[str, dict[int, dict]] = {"default": {}, "keep": {}}
+    for row in result.json_lines():
+        rows[row["root"]][row["rank"]] = row
+    assert {root: sorted(by_rank) for root, by_rank in rows.items()} == {"default": [0, 1], "keep": [0, 1]}
     for row in rows["default"].values():
         assert row["losses"] == pytest.approx(row["reference"], abs=1e-5)
     # FSDP2's own root default (kept full weights) trains on stale ones: the difference this guards against

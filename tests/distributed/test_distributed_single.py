@@ -11,6 +11,8 @@ from torch import nn
 import anydevice as ad
 from anydevice.errors import DistributedError
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 dist = ad.distributed
 
 

@@ -10,6 +10,8 @@ from anydevice.errors import DistributedError
 from anydevice.shims.parallel import shard_plan
 from tests.distributed.helpers import WORKERS, anydevice_run
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 transformers = pytest.importorskip("transformers")
 
 

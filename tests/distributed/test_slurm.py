@@ -33,7 +33,17 @@ def test_node_lists_expand_as_slurm_writes_them(nodelist: str, hosts: list[str])
 
 @pytest.mark.parametrize(
     ("nodelist", "says"),
-    [("node[1-", "unclosed"), ("node]1[", "unbalanced"), ("a[3-1]", "backwards"), ("a[x]", "not a number"), ("a,,b", "empty")],
+    [
+        ("node[1-", "unclosed"),
+        ("node]1[", "unbalanced"),
+        ("a[3-1]", "backwards"),
+        ("a[x]", "not a number"),
+        ("a,,b", "empty"),
+        # issue 35: absurd ranges used to be expanded until a MemoryError
+        ("n[0-99999999999999]", r"the range 0-99999999999999 names 100000000000000 nodes, more than the 1000000"),
+        ("r[1-2000]n[1-2000]", r"r\[1-2000\]n\[1-2000\] names 4000000 or more nodes"),
+        ("a[1-600000],b[1-600000]", "names more than the 1000000 nodes"),
+    ],
 )
 def test_a_malformed_node_list_is_one_clear_error(nodelist: str, says: str) -> None:
     with pytest.raises(DistributedError, match=says) as info:
@@ -45,6 +55,7 @@ def _srun_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
     base = {
+        "SLURM_STEP_ID": "0",  # srun's step: the batch script has none
         "SLURM_PROCID": "3",
         "SLURM_NTASKS": "8",
         "SLURM_LOCALID": "1",
@@ -127,6 +138,7 @@ def _srun(argv: list[str], ntasks: int = 2, timeout: float = 240) -> list[tuple[
     procs = []
     for task in range(ntasks):
         slurm = {"SLURM_PROCID": str(task), "SLURM_LOCALID": str(task), "SLURM_NTASKS": str(ntasks), "SLURM_NODEID": "0"}
+        slurm["SLURM_STEP_ID"] = "0"
         env = _env({**slurm, "SLURM_TASKS_PER_NODE": str(ntasks), "SLURM_NODELIST": "localhost", "SLURM_JOB_ID": job})
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO))
     outs = [p.communicate(timeout=timeout) for p in procs]
@@ -227,6 +239,7 @@ def _doctor(**env: str) -> list[dict[str, str]]:
 def test_doctor_shows_the_slurm_view_of_the_job() -> None:
     assert _doctor() == []  # outside SLURM: no line
     srun = {"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODELIST": "a[1-2]", "SLURM_JOB_ID": "77"}
+    srun["SLURM_STEP_ID"] = "0"
     (view,) = _doctor(**srun)
     assert view["status"] == "ok"
     assert "rank 1 of 4, local rank 1; job 77, 2 node(s)" in view["message"] and "a1:15077" in view["message"]
@@ -234,3 +247,22 @@ def test_doctor_shows_the_slurm_view_of_the_job() -> None:
     assert bad["status"] == "fail" and "SLURM_PROCID=1 is not below SLURM_NTASKS=1" in bad["message"]
     (shell,) = _doctor(SLURM_JOB_ID="77")
     assert shell["status"] == "info" and "srun" in shell["fix"]
+
+
+def test_the_batch_script_is_not_a_task_but_a_world_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 35: sbatch's batch step has SLURM_PROCID=0 and the job's SLURM_NTASKS=2 but no SLURM_STEP_ID; it was taken
+    # for srun's task 0, and `python train.py` there waited forever for a task 1 that never came.
+    _srun_env(monkeypatch, SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_LOCALID="0")
+    monkeypatch.delenv("SLURM_STEP_ID")
+    assert slurm_env.in_batch_step() and slurm_env.srun_task() is None
+    code = "import anydevice as ad\nad.distributed.init()\nprint(ad.distributed.rank(), ad.distributed.world_size())"
+    env = _env(_batch_env())
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and proc.stdout.split() == ["0", "1"], proc.stderr
+    checks = _doctor(**_batch_env())
+    assert [c["status"] for c in checks] == ["info"]
+    assert "not an srun task (the batch script: no SLURM_STEP_ID): one process here is a world of one" in checks[0]["message"]
+
+
+def _batch_env() -> dict[str, str]:
+    return {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODELIST": "localhost", "SLURM_JOB_ID": "7"}

@@ -16,6 +16,8 @@ import anydevice as ad
 from anydevice.errors import DistributedError
 from anydevice.shims import tp_plan
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 
 class MLP(nn.Module):
     tp_plan: ClassVar[dict[str, str]] = {"up": "colwise", "down": "rowwise"}

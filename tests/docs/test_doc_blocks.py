@@ -92,7 +92,11 @@ def checked(lang: str) -> bool:
 def params() -> list[object]:
     return [
         pytest.param(
-            b, id=b.id, marks=[pytest.mark.slow, pytest.mark.timeout(3600)] if b.not_run is None and SLOW.search(b.body) else []
+            b,
+            id=b.id,
+            marks=[pytest.mark.slow, pytest.mark.timeout(3600), pytest.mark.long("a documented command that trains or launches")]
+            if b.not_run is None and SLOW.search(b.body)
+            else [],
         )
         for b in all_blocks()
         if checked(b.lang)

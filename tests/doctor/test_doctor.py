@@ -14,6 +14,8 @@ from anydevice.cli.doctor import Check, disk_check, render
 from anydevice.plugins.cuda import hides_every_gpu
 from tests.utils import REPO, child_env
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 # Variables doctor judges: each test starts without them and sets the ones it breaks.
 JUDGED = (
     "PJRT_DEVICE",
@@ -172,6 +174,7 @@ def test_each_problem_is_one_line_with_its_fix() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long("builds the mismatch venv (torch 2.13 + torch_xla 2.9, ~3 GB) on its first run")
 def test_a_venv_with_mismatched_torch_and_torch_xla_fails_with_the_exact_fix() -> None:
     """requirements/mismatch.txt: torch 2.13 with torch_xla 2.9, built (once, then reused) by scripts/venv."""
     venv = subprocess.run([str(REPO / "scripts" / "venv"), "mismatch"], capture_output=True, text=True, timeout=900, check=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,21 @@ def test_what_torch_export_refuses_is_the_finding_check_reports() -> None:
     where = f"{__file__}:{line}"
     assert str(error).startswith(f"Cannot export the model to litert: {error.construct} at {where}. Nothing was written.")
     assert finding_line(error.finding) == f"  error   capture     {error.construct}  ({__file__}:{line})"
+
+
+def test_a_fifo_or_a_pipe_as_the_destination_is_refused_without_opening_it(tmp_path: Path) -> None:
+    # issue 35: the destination's first bytes were read before its type was known: a FIFO (or /dev/stdout
+    # on a pipe) blocked forever waiting for a writer.
+    fifo = tmp_path / "model.tflite"
+    os.mkfifo(fifo)
+    code = "import sys, torch, anydevice as ad\nad.export(torch.nn.Linear(4, 4), torch.randn(2, 4), path=sys.argv[1])"
+    proc = python("-c", code, str(fifo), timeout=120)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr  # an uncaught ExportError, raised at once
+    assert f"ExportError: Cannot export to {fifo}: it is a FIFO (named pipe), not a regular file" in proc.stderr
+    checkpoint = tmp_path / "step-1.pt"
+    torch.save({"model": {}}, checkpoint)
+    for out in (str(fifo), "/dev/stdout"):  # the test's capture makes stdout a pipe
+        proc = anydevice_cli("export", str(checkpoint), "--out", out, timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"Cannot export to {out}: it is a FIFO (named pipe), not a regular file" in proc.stderr
+    assert stat.S_ISFIFO(fifo.stat().st_mode)

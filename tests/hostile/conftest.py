@@ -83,3 +83,9 @@ def tenslow_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def reentrant_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """anydevice-reentrant: a registration hook that calls back into the registry; a probe hook that hangs."""
     return install(["anydevice_reentrant"], tmp_path_factory, "reentrant-site")
+
+
+@pytest.fixture(scope="session")
+def lingering_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """anydevice-lingering: plugins that leave a non-daemon thread (its own code, or a builtin) or a hanging exit handler."""
+    return install(["anydevice_lingering"], tmp_path_factory, "lingering-site")

@@ -1,7 +1,8 @@
 """Issues 11 and 18, checkpoints: each hostile input and the exact outcome, plus loops of real SIGKILLs during saves.
 
 ad.save / ad.load / ad.checkpoint run in this process on cpu; killed and concurrent savers are real
-subprocesses (one in its own PID namespace), the collective cases real 2-rank `anydevice run`
+subprocesses (one in its own PID namespace; the SIGKILL loops fork each saver from one interpreter that imported
+torch once), the collective cases real 2-rank `anydevice run`
 launches over gloo. Cases that need root (planted links owned by another uid, a full tmpfs, an
 immutable directory) are skipped without it.
 """
@@ -28,14 +29,71 @@ from tests.distributed.helpers import WORKERS, anydevice_run
 from tests.utils import child_env
 
 SAVER = """
-import sys, torch, anydevice as ad
-path, version = sys.argv[1], int(sys.argv[2])
-weights = torch.randn(4_000_000)  # 16 MB: most of the loop's time is spent writing
-print("ready", flush=True)
-while True:
-    version += 1
-    ad.save({"version": version, "weights": weights}, path)
+def save_loop(path, version):
+    version = int(version)
+    weights = torch.randn(4_000_000)  # 16 MB: most of the loop's time is spent writing
+    ready()
+    while True:
+        version += 1
+        ad.save({"version": version, "weights": weights}, path)
 """
+
+FORK_SERVER = """
+import os, sys, torch, anydevice as ad
+import torch.distributed.checkpoint  # what ad.checkpoint.save imports, imported once
+torch.set_num_threads(1)
+def ready():
+    os.write(1, f"ready {os.getpid()}\\n".encode())
+SAVE_LOOP
+while line := sys.stdin.readline():  # one saver per line (its arguments), run until it is killed
+    pid = os.fork()
+    if pid == 0:
+        try:
+            save_loop(*line.split())
+        finally:
+            os._exit(1)
+    os.write(1, f"ended {os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}\\n".encode())
+"""
+
+
+class ForkServer:
+    """One interpreter that imports torch and anydevice once and forks a saver per :meth:`start`.
+
+    A forked saver SIGKILLed mid-save leaves the files as a killed fresh process would (the kernel ends it
+    the same way; the loop under test only runs in the child), without paying an interpreter and
+    ``import torch`` for each kill.
+    """
+
+    def __init__(self, save_loop: str, env: dict[str, str]) -> None:
+        script = FORK_SERVER.replace("SAVE_LOOP", save_loop)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline()
+
+    def start(self, *args: object) -> int:
+        """A new saver with these arguments; returns its pid once it says it is ready."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(" ".join(map(str, args)) + "\n")
+        self.proc.stdin.flush()
+        word, _, pid = self._line().partition(" ")
+        assert word == "ready", f"the saver did not start: {word} {pid}"
+        return int(pid)
+
+    def kill(self, pid: int) -> int:
+        """SIGKILL the saver; returns its exit status as the server saw it (-9)."""
+        os.kill(pid, signal.SIGKILL)
+        word, _, status = self._line().partition(" ")
+        assert word == "ended", word
+        return int(status)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=60) == 0
 
 
 @pytest.fixture(autouse=True)
@@ -239,25 +297,24 @@ def test_a_missing_file_is_the_os_error_naming_it(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long("ten savers killed mid-save, each forked from one interpreter")
 def test_ten_sigkills_during_saves_never_lose_the_previous_checkpoint(tmp_path):
     path = tmp_path / "ckpt.pt"
     ad.save({"version": 0, "weights": torch.zeros(4_000_000)}, path)
     env = child_env({"ANYDEVICE": "cpu", "OMP_NUM_THREADS": "1"})
     rng, version, left_behind = random.Random(11), 0, []
+    savers = ForkServer(SAVER, env)
     for kill in range(10):
-        command = [sys.executable, "-c", SAVER, str(path), str(1000 * (kill + 1))]
-        saver = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
-        assert saver.stdout is not None and saver.stdout.readline() == "ready\n"
+        saver = savers.start(path, 1000 * (kill + 1))
         time.sleep(rng.uniform(0.0, 1.5))
-        saver.send_signal(signal.SIGKILL)
-        assert saver.wait(timeout=60) == -signal.SIGKILL
-        saver.stdout.close()
+        assert savers.kill(saver) == -signal.SIGKILL
         state = ad.load(path)  # the previous checkpoint, or the one that finished just before the kill
         assert state["version"] >= version and state["weights"].shape == (4_000_000,)
         version = state["version"]
         left_behind.append(len(temps(tmp_path)))
         ad.save({"version": version, "weights": state["weights"]}, path)  # the next save cleans up
         assert temps(tmp_path) == []
+    savers.close()
     assert sum(left_behind) >= 1, "no kill landed mid-write: the loop tested nothing"
 
 
@@ -357,6 +414,29 @@ def test_a_writable_file_in_a_directory_that_cannot_change_is_rewritten_in_place
     loaded = ad.load(locked / "ckpt.pt")
     assert loaded["step"] == 2 and torch.equal(loaded["w"], torch.arange(5.0))
     assert [p.name for p in locked.iterdir()] == ["ckpt.pt"]
+
+
+@ROOT
+def test_a_hard_linked_file_in_a_directory_that_cannot_change_is_refused_not_written_through(tmp_path):
+    # issue 35: the in-place rewrite changed the file's other name too (a copy the user kept by `ln`).
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    ad.save({"step": 1}, locked / "ckpt.pt")
+    kept = tmp_path / "kept.pt"
+    os.link(locked / "ckpt.pt", kept)
+    before = kept.read_bytes()
+    if subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported on this filesystem")
+    try:
+        with pytest.raises(CheckpointError) as info:
+            ad.save({"step": 2}, locked / "ckpt.pt")
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    assert str(info.value).splitlines()[0] == (
+        f"Cannot save {locked / 'ckpt.pt'}: its directory cannot be written, so the file would be rewritten in place, "
+        "but it has 1 other hard link, which would change with it; it was left as it was."
+    )
+    assert kept.read_bytes() == before and (locked / "ckpt.pt").read_bytes() == before
 
 
 # -- links planted by another user ------------------------------------------------------------------
@@ -525,6 +605,16 @@ for step in range(first, first + int(sys.argv[3])):
 """
 
 
+DIRECTORY_SAVE_LOOP = """
+def save_loop(path, first, count):
+    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(8)])
+    for step in range(int(first), int(first) + int(count)):
+        ad.checkpoint.save({"model": model, "step": step}, path)
+        if step == int(first):
+            ready()  # the first save done: from here on the loop only saves
+"""
+
+
 @pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "two-rename-fallback"])
 def test_concurrent_directory_savers_to_one_path_end_clean(tmp_path, renameat2):
     env = child_env({"ANYDEVICE": "cpu", "OMP_NUM_THREADS": "1"})
@@ -548,19 +638,17 @@ def test_concurrent_directory_savers_to_one_path_end_clean(tmp_path, renameat2):
 
 
 @pytest.mark.slow
+@pytest.mark.long("ten savers killed mid-save, each forked from one interpreter")
 def test_ten_sigkills_during_directory_saves_never_lose_the_previous_checkpoint(tmp_path):
     path = tmp_path / "c"
     ad.checkpoint.save({"model": torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(8)]), "step": 0}, path)
     env = child_env({"ANYDEVICE": "cpu", "OMP_NUM_THREADS": "1"})
     rng, step, left_behind = random.Random(18), 0, []
+    savers = ForkServer(DIRECTORY_SAVE_LOOP, env)
     for kill in range(10):
-        command = [sys.executable, "-c", CHECKPOINT_SAVER, str(path), str(1000 * (kill + 1)), "100000"]
-        saver = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
-        assert saver.stdout is not None and saver.stdout.readline() == "ready\n"
+        saver = savers.start(path, 1000 * (kill + 1), 100000)
         time.sleep(rng.uniform(0.0, 0.5))
-        saver.send_signal(signal.SIGKILL)
-        assert saver.wait(timeout=60) == -signal.SIGKILL
-        saver.stdout.close()
+        assert savers.kill(saver) == -signal.SIGKILL
         model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(8)])
         now = ad.checkpoint.load({"model": model, "step": -1}, path)["step"]  # whole: the previous or a newer one
         assert now >= step
@@ -568,6 +656,7 @@ def test_ten_sigkills_during_directory_saves_never_lose_the_previous_checkpoint(
         left_behind.append(len(temps(tmp_path)))
         ad.checkpoint.save({"model": model, "step": step}, path)  # the next save cleans up
         assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+    savers.close()
     assert sum(left_behind) >= 1, "no kill landed mid-save: the loop tested nothing"
 
 

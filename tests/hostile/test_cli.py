@@ -15,7 +15,7 @@ import pytest
 
 from anydevice import __version__
 from anydevice.cli import build_parser
-from tests.utils import REPO, anydevice_cli, child_env, python
+from tests.utils import REPO, anydevice_cli, child_env, cli_in_process, python
 
 
 def test_version() -> None:
@@ -69,7 +69,7 @@ def test_list_piped_into_head_prints_one_line_and_no_traceback() -> None:
 # -- fell_back and the auto line (issue 14) -----------------------------------------------------------
 @pytest.mark.parametrize(("selection", "fell_back"), [("auto", False), ("cpu", False), ("cpu,tpu", False), ("tpu,cpu", True)])
 def test_fell_back_is_true_only_when_a_named_earlier_choice_was_unusable(selection: str, fell_back: bool) -> None:
-    proc = anydevice_cli("info", "--json", env={"ANYDEVICE": selection})
+    proc = cli_in_process("info", "--json", env={"ANYDEVICE": selection})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["backend"]["fell_back"] is fell_back
 
@@ -88,7 +88,7 @@ def test_the_auto_line_is_short_and_points_at_info() -> None:
 
 
 def test_info_does_not_repeat_the_auto_line_and_keeps_the_full_why() -> None:
-    proc = anydevice_cli("info")
+    proc = cli_in_process("info")
     assert proc.returncode == 0
     assert proc.stderr == ""
     why = next(line for line in proc.stdout.splitlines() if line.startswith("why"))
@@ -115,7 +115,7 @@ def test_every_option_has_help_and_shows_its_default() -> None:
     for name, action in options:
         assert action.help and action.help != argparse.SUPPRESS, name
     for command in ("list", "info"):
-        text = " ".join(anydevice_cli(command, "--help").stdout.split())  # unwrapped
+        text = " ".join(cli_in_process(command, "--help").stdout.split())  # unwrapped
         assert "--json" in text and "(default: False)" in text, command
 
 
@@ -126,6 +126,7 @@ def test_every_option_has_help_and_shows_its_default() -> None:
         ("ANYDEVICE_QUIET", "maybe", "ANYDEVICE_QUIET='maybe' is not a yes/no value."),
         ("ANYDEVICE_DEBUG", "2", "ANYDEVICE_DEBUG='2' is not a yes/no value."),
         ("ANYDEVICE_KEEP_AUTOLOAD", "sometimes", "ANYDEVICE_KEEP_AUTOLOAD='sometimes' is not a yes/no value."),
+        ("ANYDEVICE_STRICT", "maybe", "ANYDEVICE_STRICT='maybe' is not a yes/no value."),  # issue 35
         ("ANYDEVICE_CACHE_DIR", "relative/cache", "ANYDEVICE_CACHE_DIR='relative/cache' is not an absolute path"),
         ("LOCAL_RANK", "-1", "LOCAL_RANK='-1' is not a whole number from 0 to 2147483647."),
         ("MASTER_PORT", "70000", "MASTER_PORT='70000' is not a whole number from 0 to 65535."),
@@ -134,16 +135,24 @@ def test_every_option_has_help_and_shows_its_default() -> None:
 )
 def test_a_setting_out_of_range_is_one_sentence_naming_it(variable: str, value: str, message: str) -> None:
     for args in (["list"], ["doctor"]):
-        proc = anydevice_cli(*args, env={variable: value, "ANYDEVICE": "cpu"})
+        proc = cli_in_process(*args, env={variable: value, "ANYDEVICE": "cpu"})
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stderr.startswith(f"anydevice: error: {message}"), proc.stderr
         assert "Traceback" not in proc.stderr
 
 
+def test_a_bad_strict_value_is_an_error_when_the_device_is_selected_not_at_the_first_step() -> None:
+    # issue 35: ANYDEVICE_STRICT=maybe was found only by ad.step(), after the model was built and moved.
+    code = "import anydevice as ad\nad.device()\nprint('selected', flush=True)\nad.step()"
+    proc = python("-c", code, env={"ANYDEVICE_STRICT": "maybe", "ANYDEVICE": "cpu"})
+    assert proc.returncode == 1 and "selected" not in proc.stdout
+    assert "ANYDEVICE_STRICT='maybe' is not a yes/no value." in proc.stderr
+
+
 def test_a_cache_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
     a_file = tmp_path / "cache"
     a_file.write_text("not a directory")
-    proc = anydevice_cli("list", env={"ANYDEVICE_CACHE_DIR": str(a_file)})
+    proc = cli_in_process("list", env={"ANYDEVICE_CACHE_DIR": str(a_file)})
     assert proc.returncode == 2
     assert proc.stderr == (
         f"anydevice: error: ANYDEVICE_CACHE_DIR={str(a_file)!r} is not a directory.\n"

@@ -20,6 +20,8 @@ from anydevice.checkpoint import METADATA
 from anydevice.checkpoint.dcp_reading import allowed_classes
 from anydevice.errors import CheckpointError
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 
 class Planted:
     """Unpickling it touches ``marker``: the proof that code from the file ran."""

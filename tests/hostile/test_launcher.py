@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.utils import REPO, child_env
+from tests.utils import REPO, child_env, cli_in_process
 
 SLEEPER = """
 import os, time
@@ -151,14 +151,7 @@ def test_n_above_what_cpu_takes_is_refused_before_planning(n: str, tmp_path: Pat
     script = tmp_path / "never.py"
     script.write_text("raise SystemExit('must not run')\n")
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "anydevice", "run", "-n", n, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=child_env({"ANYDEVICE": "cpu"}),
-        cwd=REPO,
-    )
+    done = cli_in_process("run", "-n", n, str(script), env={"ANYDEVICE": "cpu"})  # refused before any process starts
     cores = os.cpu_count() or 1
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines()[0] == (
@@ -209,14 +202,7 @@ def test_bad_multi_node_options_fail_at_once_with_one_line(options: list[str], f
     script = tmp_path / "never.py"
     script.write_text("raise SystemExit('must not run')\n")
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "anydevice", "run", *options, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,  # torch's rendezvous would wait 600 s
-        env=child_env({"ANYDEVICE": "cpu"}),
-        cwd=REPO,
-    )
+    done = cli_in_process("run", *options, str(script), env={"ANYDEVICE": "cpu"})  # refused before any process starts
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("anydevice: error: ")
     assert first_line in done.stderr.splitlines()[0]
@@ -439,14 +425,7 @@ def test_a_command_that_cannot_start_is_one_line(command: list[str], status: int
 
 @pytest.mark.parametrize("options", [["-n", "2"], ["--nnodes", "2"], ["--max-restarts", "1"], ["--run-id", "x"]])
 def test_multi_process_options_with_a_command_are_refused(options: list[str]) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "anydevice", "run", *options, "--", "true"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=child_env({"ANYDEVICE": "cpu", "ANYDEVICE_QUIET": "1"}),
-        cwd=REPO,
-    )
+    done = cli_in_process("run", *options, "--", "true", env={"ANYDEVICE": "cpu", "ANYDEVICE_QUIET": "1"})
     assert done.returncode == 2
     assert done.stderr.splitlines()[0] == (
         f"anydevice: error: anydevice run -- true starts one process; {options[0]} apply to Python scripts and modules."

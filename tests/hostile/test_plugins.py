@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from anydevice.contract.device_spec import Detection, DeviceSpec, detection_problems, spec_problems
+from anydevice.contract.evidence import Evidence
 from anydevice.contract.hookspecs import hookimpl
 from anydevice.errors import AnyDeviceError
 from anydevice.runtime.registry import Registry
 from anydevice.runtime.selection import resolve
-from tests.utils import anydevice_cli, python
+from tests.utils import anydevice_cli, cli_in_process, python
 
 FIX = "report this to the maintainers of the '{0}' plugin, or exclude it with ANYDEVICE_PLUGINS"
 QUICK = {"ANYDEVICE_DETECT_TIMEOUT": "1"}  # the hang costs one second per process, not five
@@ -69,7 +70,7 @@ def test_the_deadline_is_a_setting(hostile_site: Path) -> None:
 
 @pytest.mark.parametrize("value", ["soon", "0", "-1", "inf", "nan", "1e10", "3600.5"])
 def test_a_malformed_deadline_is_a_clear_error(value: str) -> None:
-    proc = anydevice_cli("list", env={"ANYDEVICE_DETECT_TIMEOUT": value})
+    proc = cli_in_process("list", env={"ANYDEVICE_DETECT_TIMEOUT": value})
     assert proc.returncode == 2
     assert proc.stderr == (
         f"anydevice: error: ANYDEVICE_DETECT_TIMEOUT={value!r} is not a number of seconds above 0 and at most 3600.\n"
@@ -80,7 +81,7 @@ def test_a_malformed_deadline_is_a_clear_error(value: str) -> None:
 def test_a_huge_deadline_is_refused_before_selection_not_read_as_an_unknown_device() -> None:
     # 1e10 s used to pass validation and overflow every plugin's thread join: "Unknown device 'cpu'"
     for args in (["info"], ["run", "-c", "pass"]):
-        proc = anydevice_cli(*args, env={"ANYDEVICE": "cpu", "ANYDEVICE_DETECT_TIMEOUT": "1e10"})
+        proc = cli_in_process(*args, env={"ANYDEVICE": "cpu", "ANYDEVICE_DETECT_TIMEOUT": "1e10"})
         assert proc.returncode == 2, args
         assert "ANYDEVICE_DETECT_TIMEOUT='1e10' is not a number of seconds" in proc.stderr
         assert "Unknown device" not in proc.stderr and "Traceback" not in proc.stderr
@@ -207,7 +208,8 @@ def _spec(**changes: Any) -> DeviceSpec:
         ({"aliases": ("GPU",)}, f"field 'aliases' = 'GPU': {GRAMMAR}"),
         ({"detect": "detect"}, "field 'detect' = 'detect': Input should be callable"),
         ({"unsupported": {"sdpa": 1}}, "field 'unsupported.sdpa' = 1: Input should be a valid string"),
-        ({"verified_on_hardware": "yes"}, "field 'verified_on_hardware' = 'yes': Input should be a valid boolean"),
+        ({"evidence": "ran"}, "field 'evidence' = 'ran': Input should be an instance of Evidence"),
+        ({"evidence": Evidence("ran")}, "field 'evidence': level 'ran' needs its source (where the evidence is)"),
     ],
 )
 def test_each_bad_field_is_named(changes: dict[str, Any], problem: str) -> None:
@@ -347,6 +349,7 @@ def test_plugin_text_is_escaped_and_capped_in_every_output(noisy_site: Path, tmp
         next(line for line in text.stdout.splitlines() if line.startswith("cpu ") and "the CPU is always available" in line)
     ]  # the forged "cpu ✓ available" row stays inside the plugin's own line
     assert "no chip\\x1b]0;pwned\\x07\\ncpu" in text.stdout
+    assert "at /data/caf\\udce9/dev0" in text.stdout  # issue 35: a non-UTF-8 path crashed the text output
     assert len(text.stdout) < 20_000  # two 5 MB texts, capped at 500 characters each
     assert "… (4999500 more)" in text.stdout
     data = json.loads(anydevice_cli("list", "--json", env=env, pythonpath=noisy_site).stdout)

@@ -17,6 +17,8 @@ from anydevice.meter import StepMeter, flops_per_token_from_config, matmul_param
 from anydevice.runtime.registry import Registry, reset_registry
 from tests.utils import TRAIN, python
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 
 @pytest.fixture
 def toy(plugin_site: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:

@@ -13,6 +13,8 @@ from anydevice.errors import UnsupportedFeatureError
 from anydevice.shims.torch_profiler import PERFETTO, viewers_for
 from tests.utils import TRAIN, python
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 
 def events(path: Path) -> list[dict[str, object]]:
     """The events of a chrome trace; json.loads fails if the viewer's format is broken."""

@@ -17,7 +17,7 @@ from anydevice.compat_matrix.merge import build_matrix
 from anydevice.compat_matrix.schema import Status, dump_run, load_run
 from tests.compat_matrix.builders import result
 
-pytestmark = [pytest.mark.serve, pytest.mark.slow]
+pytestmark = [pytest.mark.serve, pytest.mark.slow, pytest.mark.long("starts a vLLM server: about a minute on 2 cores")]
 
 
 @pytest.mark.timeout(1200)

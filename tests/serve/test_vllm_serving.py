@@ -28,7 +28,7 @@ from tests.serve.helpers import (
 )
 from tests.utils import REPO
 
-pytestmark = [pytest.mark.serve, pytest.mark.slow]
+pytestmark = [pytest.mark.serve, pytest.mark.slow, pytest.mark.long("starts a vLLM server: about a minute on 2 cores")]
 
 FAIL_FAST_S = 60
 

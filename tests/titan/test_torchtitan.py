@@ -18,7 +18,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.titan, pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [
+    pytest.mark.titan,
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),
+    pytest.mark.long("trains torchtitan's llama3 debug model through torchtitan's own launcher"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "data" / "corpus.txt"

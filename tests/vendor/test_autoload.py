@@ -6,6 +6,8 @@ import pytest
 
 from anydevice.runtime import autoload
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 

@@ -14,6 +14,7 @@ from anydevice.plugins import cuda
 
 _DETECTION = cuda.detect()
 pytestmark = [
+    pytest.mark.torch_version_sensitive,
     pytest.mark.cuda,
     pytest.mark.skipif(not _DETECTION.available, reason=f"no usable GPU: {_DETECTION.reason}"),
 ]

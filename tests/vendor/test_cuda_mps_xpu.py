@@ -11,6 +11,8 @@ from anydevice.contract import detect as d
 from anydevice.plugins import cuda, mps, xpu
 from anydevice.shims.eager import EagerProfiling, EagerVendor, ProfilingTable
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 
 @pytest.mark.parametrize(
     ("name", "chip"),

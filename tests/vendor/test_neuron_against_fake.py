@@ -18,6 +18,8 @@ from anydevice.plugins import neuron
 from tests.support.fake_torch_neuronx import NATIVE, XLA_BASED, install
 from tests.utils import anydevice_cli, python
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 # The fake registers its device the way native TorchNeuron does, through torch's python-backend
 # registration (torch.utils.backend_registration._setup_privateuseone_for_python_backend), which torch
 # 2.9 lacks; native TorchNeuron itself exists only for torch 2.13 and 2.14 (on 2.9 Neuron is XLA-based).
@@ -187,7 +189,7 @@ def test_cli_keeps_autoload_from_importing_the_fake_for_cpu(fake_native: Path) -
 def test_list_marks_neuron_not_verified_with_the_fake_installed(fake_native: Path) -> None:
     proc = anydevice_cli("list", pythonpath=fake_native)
     line = next(line for line in proc.stdout.splitlines() if line.startswith("neuron"))
-    assert "native TorchNeuron" in line and "[not verified on hardware]" in line
+    assert "native TorchNeuron" in line and "[not verified on hardware: ran on a stand-in, not the chip]" in line
 
 
 DEVICE_MEMORY = """

@@ -8,6 +8,8 @@ import pytest
 
 from anydevice.plugins import neuron
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 torch = pytest.importorskip("torch")
 
 

@@ -13,6 +13,8 @@ from anydevice.contract.versions import PairCheck
 from anydevice.plugins import tpu
 from tests.utils import python
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
+
 
 def _pci_device(root: Path, address: str, vendor: str, device: str, group: str) -> None:
     """A sysfs-shaped PCI function: vendor and device files and an iommu_group symlink."""

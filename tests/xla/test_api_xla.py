@@ -17,7 +17,7 @@ from anydevice.errors import DeviceUnavailableError, UnsupportedFeatureError
 from anydevice.shims.contracts import Collectives, Compilation, MemoryStats, Placement, Profiling
 from tests.utils import python
 
-pytestmark = pytest.mark.xla
+pytestmark = [pytest.mark.torch_version_sensitive, pytest.mark.xla]
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_xla")

@@ -11,7 +11,7 @@ import pytest
 
 from tests.utils import TRAIN, child_env
 
-pytestmark = [pytest.mark.xla, pytest.mark.slow]
+pytestmark = [pytest.mark.torch_version_sensitive, pytest.mark.xla, pytest.mark.slow]
 pytest.importorskip("torch_xla")
 
 WORKER = Path(__file__).parent / "fixtures" / "spmd_tp.py"

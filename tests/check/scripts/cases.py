@@ -4,8 +4,9 @@ Runs on the device ANYDEVICE selects (the cuda case on "cuda", as written for GP
 branch (a Python branch on tensor data), nonzero, float64 (a float64 buffer), varying (a different
 sequence length every batch), cuda (CUDA-only calls, as written for GPUs), avg (gradients averaged with
 ``ReduceOp.AVG`` straight through torch.distributed, and a loss averaged through ``ad.distributed``), mesh (a
-device mesh whose tensor-parallel degree is 3: it divides neither 8 processes nor any TPU slice). Each offending
-line carries a ``# CHECK: <case>`` marker, which the tests look up.
+device mesh whose tensor-parallel degree is 3: it divides neither 8 processes nor any TPU slice), mask (a boolean-mask
+index, ``h[h > 0]``), float64-read (a float64 buffer only read through ``.float()``), short (a dataset that is not a
+whole number of batches). Each offending line carries a ``# CHECK: <case>`` marker, which the tests look up.
 """
 
 import argparse
@@ -21,7 +22,7 @@ class Model(nn.Module):
         super().__init__()
         self.case = case
         self.lin = nn.Linear(8, 8)
-        if case == "float64":
+        if case in ("float64", "float64-read"):
             self.register_buffer("scale", torch.ones(8, dtype=torch.float64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -33,6 +34,10 @@ class Model(nn.Module):
             h = h + torch.nonzero(h > 0).shape[0]  # CHECK: nonzero
         if self.case == "float64":
             h = (h.double() * self.scale).float()  # CHECK: float64
+        if self.case == "float64-read":
+            h = h * self.scale.float()  # CHECK: float64-read
+        if self.case == "mask":
+            h = h + h[h > 0].sum()  # CHECK: mask
         return h.pow(2).mean()
 
 
@@ -47,7 +52,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     args = parser.parse_args()
     torch.manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(4 * args.steps, 6, 8))
+    rows = 4 * args.steps + (2 if args.case == "short" else 0)
+    data = torch.utils.data.TensorDataset(torch.randn(rows, 6, 8))
     varying = args.case == "varying"
     loader = torch.utils.data.DataLoader(data, batch_size=4, collate_fn=collate if varying else None)
     device = "cuda" if args.case == "cuda" else ad.device()
@@ -59,7 +65,7 @@ def main() -> None:
         ad.distributed.init()  # a world of one here; torchrun makes it N
     if args.case == "mesh":
         ad.distributed.mesh({"dp": -1, "tp": 3})  # CHECK: mesh
-    for batch in loader:
+    for batch in loader:  # CHECK: short
         x = batch if varying else batch[0]
         loss = model(x.to(device))
         loss.backward()

@@ -1,10 +1,16 @@
-"""Every collective of ad.distributed on this rank; prints one JSON line with the results."""
+"""Every collective of ad.distributed on this rank; prints one JSON line with the results, and what the launcher gave
+the rank (its environment and arguments, read before anything is imported: the same fields as env.py)."""
 
 import json
+import os
+import sys
 
-import torch
+ENV_KEYS = ("ANYDEVICE", "RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "TORCH_DEVICE_BACKEND_AUTOLOAD")
+given = {"argv": sys.argv, "env": {k: os.environ.get(k) for k in (*ENV_KEYS, "PER_RANK", "OMP_NUM_THREADS")}}
 
-import anydevice as ad
+import torch  # noqa: E402
+
+import anydevice as ad  # noqa: E402
 
 ad.distributed.init(timeout_s=60)
 ad.distributed.init(timeout_s=60)  # safe to call twice
@@ -30,4 +36,5 @@ out["mesh"] = {"shape": list(mesh.shape), "names": list(mesh.mesh_dim_names or (
 ad.distributed.shutdown()
 ad.distributed.shutdown()  # safe twice too
 out["initialized_after_shutdown"] = ad.distributed.is_initialized()
+out.update(given, torch_tpu_imported="torch_tpu" in sys.modules)
 print(json.dumps(out), flush=True)

@@ -1,7 +1,8 @@
 """Worker: an evaluation forward (no_grad) before training, under wrap(model, "fsdp"), against the unwrapped run.
 
-argv: ROOT_RESHARD (default | keep). ``keep`` passes reshard_after_forward=False (FSDP2's own default for a
-root) to show what the default of ``wrap`` guards against. Prints one JSON line per rank: both runs' losses.
+argv: ROOT_RESHARD... (default | keep), each run in turn in the same process group on a fresh copy of the
+model. ``keep`` passes reshard_after_forward=False (FSDP2's own default for a root) to show what the default
+of ``wrap`` guards against. Prints one JSON line per rank and ROOT_RESHARD: both runs' losses.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def train(model: torch.nn.Module, feed: object) -> list[float]:
     return torch.stack(losses).tolist()
 
 
-def main() -> None:
-    options = {"reshard_after_forward": False} if sys.argv[1] == "keep" else {}
+def run(root: str) -> None:
+    options = {"reshard_after_forward": False} if root == "keep" else {}
     torch.manual_seed(0)
     reference = TinyLM()
     model = ad.distributed.wrap(copy.deepcopy(reference), "fsdp", **options)
@@ -41,8 +42,14 @@ def main() -> None:
     with torch.no_grad():
         model(mine(_batches()[0]))
     losses = ad.distributed.all_reduce(torch.tensor(train(model, mine)), "sum") / world
-    print(json.dumps({"rank": rank, "losses": losses.tolist(), "reference": train(reference, lambda b: b)}), flush=True)
+    row = {"root": root, "rank": rank, "losses": losses.tolist(), "reference": train(reference, lambda b: b)}
+    print(json.dumps(row), flush=True)
     del model
+
+
+def main() -> None:
+    for root in sys.argv[1:]:
+        run(root)
     ad.distributed.shutdown()
 
 

@@ -1,7 +1,8 @@
 """Worker: 5 AdamW steps of a model split by ad.distributed.parallelize, and the same steps unsplit in this process.
 
-argv: MODE (tp | fsdp+tp) TP MODEL (mlp | hf-llama). Prints one JSON line per rank: the reference losses
-(unsplit, the whole batch, no process group), the parallel run's losses and, for hf-llama, the logits' max diff.
+argv: MODE (tp | fsdp+tp) TP MODEL (mlp | hf-llama | tied-mlp | hf-llama-tied) [PLAN: a JSON plan, default "auto"].
+Prints one JSON line per rank: the reference losses (unsplit, the whole batch, no process group), the parallel
+run's losses, for hf-llama the logits' max diff, and for the tied models whether the split model is still tied.
 """
 
 from __future__ import annotations
@@ -24,14 +25,25 @@ STEPS, BATCH, SEQ = 5, 8, 16
 
 def build(kind: str) -> nn.Module:
     torch.manual_seed(0)
-    if kind == "mlp":
-        return TinyLM()
+    if kind in ("mlp", "tied-mlp"):
+        model = TinyLM()
+        if kind == "tied-mlp":
+            model.head.weight = model.embed.weight  # (VOCAB, WIDTH) both: the head reads the embedding
+        return model
     from transformers import LlamaConfig, LlamaForCausalLM
 
     shape = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
     heads = {"num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 64}
-    config = LlamaConfig(**shape, **heads, attn_implementation="eager")
+    config = LlamaConfig(**shape, **heads, attn_implementation="eager", tie_word_embeddings=kind == "hf-llama-tied")
     return LlamaForCausalLM(config)
+
+
+def tied(model: nn.Module) -> bool | None:
+    """Whether the head still holds the embedding's Parameter (None: an untied model)."""
+    if isinstance(model, TinyLM):
+        return model.head.weight is model.embed.weight if model.head.weight.shape == model.embed.weight.shape else None
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()  # type: ignore[operator]
+    return head.weight is embed.weight
 
 
 def logits(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
@@ -63,15 +75,17 @@ def train(model: nn.Module, data: list[torch.Tensor], feed: Any) -> list[float]:
 
 def main() -> None:
     mode, tp, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    plan = json.loads(sys.argv[4]) if len(sys.argv) > 4 else "auto"
     base = build(kind)
-    vocab = 32 if kind == "mlp" else 64
+    vocab = 32 if kind.endswith("mlp") else 64
     data = [torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(s)) for s in range(STEPS)]
     reference = copy.deepcopy(base)
     ref_logits = inference(reference, data[0])
     ref_losses = train(reference, data, lambda b: b)
 
     mesh = ad.distributed.mesh({"dp": -1, "tp": tp})
-    model = ad.distributed.parallelize(copy.deepcopy(base), "auto", mesh=mesh)
+    model = ad.distributed.parallelize(copy.deepcopy(base), plan, mesh=mesh)
+    still_tied = tied(model)
     if mode == "fsdp+tp":
         model = ad.distributed.wrap(model, "fsdp")
     split_logits = inference(model, data[0]) if mode == "tp" else ref_logits
@@ -88,6 +102,7 @@ def main() -> None:
                 "mesh": ad.distributed.mesh_degrees(mesh),
                 "logits_diff": float((split_logits - ref_logits[: split_logits.shape[0]]).abs().max()) if mode == "tp" else None,
                 "placements": placements,
+                "tied": still_tied,
             }
         ),
         flush=True,

@@ -1,4 +1,5 @@
-"""Train a few steps with ad.distributed.wrap(model, STRATEGY); print a digest of every parameter per rank.
+"""Train a few steps with ad.distributed.wrap(model, STRATEGY) for each STRATEGY argument in turn (a fresh model
+each); print a digest of every parameter per rank and strategy.
 
 The model lives inside main(), so that ad.distributed.shutdown() can collect it before destroying the
 group: a DDP/FSDP model still alive at interpreter exit dies after the group, and torch 2.13 (gloo)
@@ -32,7 +33,6 @@ class Net(nn.Module):
 
 
 def main(strategy: str) -> None:
-    ad.distributed.init(timeout_s=60)
     rank = ad.distributed.rank()
     ad.manual_seed(0)  # same initial weights everywhere
     model = ad.distributed.wrap(ad.to(Net()), strategy)
@@ -51,6 +51,7 @@ def main(strategy: str) -> None:
     values = torch.cat([p.detach().to("cpu", torch.float64).flatten() for p in full]).tolist()
     digest = hashlib.sha256(repr(values).encode()).hexdigest()  # repr of a float is exact: equal digests, equal bits
     row = {
+        "strategy": strategy,
         "rank": rank,
         "world_size": ad.distributed.world_size(),
         "wrapper": type(model).__name__,
@@ -62,5 +63,7 @@ def main(strategy: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ad.distributed.init(timeout_s=60)
+    for name in sys.argv[1:]:
+        main(name)
     ad.distributed.shutdown()

@@ -44,7 +44,7 @@ SIMULATED_PLUGIN = '''"""SIMULATED Neuron device (tests only): the built-in neur
 There is no Trainium here, so this entry point stands in for the built-in ``neuron`` plugin's
 hardware detection (``/dev/neuron*``) and hands everything else to it unchanged. Select it with
 ``ANYDEVICE_PLUGINS=cpu,neuron_simulated ANYDEVICE=neuron``; every result it produces is marked
-fake (``verified_on_hardware=False``).
+fake (its evidence is a stand-in, ``neuron.EVIDENCE``: not verified on hardware).
 """
 
 from anydevice.contract.device_spec import Detection, DeviceSpec
@@ -60,7 +60,7 @@ def detect():
 def anydevice_register_devices(register):
     register(DeviceSpec(
         name="neuron", detect=detect, load=neuron.load, prepare_environment=neuron.prepare_environment,
-        vendor_package="torch-neuronx", autoload_module="torch_neuronx", verified_on_hardware=False,
+        vendor_package="torch-neuronx", autoload_module="torch_neuronx", evidence=neuron.EVIDENCE,
         settings=neuron.NEURON_SETTINGS,  # SIMULATED neuron device over the fake torch-neuronx (tests only)
     ))
 '''

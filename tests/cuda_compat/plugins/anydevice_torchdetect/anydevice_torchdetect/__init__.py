@@ -15,9 +15,9 @@ def detect() -> Detection:
 
 
 def load() -> Any:
-    from anydevice.shims.eager import EagerVendor, eager_shims
+    from anydevice.shims.eager import EagerVendor, PlacementTable, eager_shims
 
-    return eager_shims(EagerVendor("cpu", host=True))
+    return eager_shims(EagerVendor("cpu", placement=PlacementTable(host=True)))
 
 
 @hookimpl

@@ -16,8 +16,12 @@ def never_loaded() -> NoReturn:
     raise AssertionError("never selected")
 
 
+NOT_UTF8 = b"/data/caf\xe9/dev0".decode("utf-8", "surrogateescape")  # a Latin-1 path as os.fsdecode gives it
+
+
 def escapes() -> Detection:
-    return Detection(False, f"no chip{TITLE}{FORGED_ROW}", "fix\x1b[31m red", "no_hardware", chip=f"Chip{TITLE}")
+    reason = f"no chip{TITLE}{FORGED_ROW} at {NOT_UTF8}"
+    return Detection(False, reason, "fix\x1b[31m red", "no_hardware", chip=f"Chip{TITLE}")
 
 
 def huge() -> Detection:

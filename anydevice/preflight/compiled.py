@@ -1,0 +1,188 @@
+"""The compiled half of ``anydevice check --target DEVICE:<slice>``: which loss, then one compile per slice, and
+the findings the compiler's answer gives. The compiling itself is the plugin's ``CheckFacts.slice_compiler``
+(for tpu, ``anydevice.shims.tpu_aot``: libtpu through JAX, which it imports only when a slice is named).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from anydevice.errors import AnyDeviceError
+from anydevice.preflight.schema import CompiledStep, Finding, Verdict
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+CROSS_ENTROPY_OPS = frozenset({"aten::nll_loss_forward", "aten::nll_loss2d_forward", "aten::cross_entropy_loss"})
+MSE_OPS = frozenset({"aten::mse_loss"})
+
+
+def split_target(target: str) -> tuple[str, str | None]:
+    """``"tpu:v5e-8"`` -> ``("tpu", "v5e-8")``: a device and a slice its compiler names; ``"tpu"``, ``"cuda:1"`` -> (it, None)."""
+    name, sep, rest = target.strip().partition(":")
+    if sep and rest and not rest.isdigit():
+        return name, rest
+    return target.strip(), None
+
+
+@functools.cache
+def slice_compiler(device: str) -> ModuleType | None:
+    """The module a device's plugin names to compile for its slices (``CheckFacts.slice_compiler``), or None."""
+    from anydevice.runtime.registry import get_registry
+
+    declared = get_registry().get(device).spec.check.slice_compiler
+    if declared is None:
+        return None
+    module, _, attribute = declared.partition(":")
+    found: ModuleType = (
+        functools.reduce(getattr, attribute.split("."), importlib.import_module(module))
+        if attribute
+        else (importlib.import_module(module))
+    )
+    return found
+
+
+def canonical_slice(device: str, name: str) -> str:
+    """``"v5litepod-8"`` -> ``"v5e-8"`` by the device's slice compiler; a device without one refuses slice names."""
+    compiler = slice_compiler(device)
+    if compiler is None:
+        raise AnyDeviceError(
+            f"--target {device}:{name}: {device} names no slices (no compiler for a slice is declared by its plugin).",
+            f"Use --target {device}, or {device}:N for a device index.",
+        )
+    canonical: str = compiler.parse_slice(name).name
+    return canonical
+
+
+def slice_targets(targets: Iterable[str]) -> list[str]:
+    """The targets that name a slice (``"tpu:v5e-8"``), in order."""
+    return [t for t in targets if split_target(t)[1] is not None]
+
+
+def require_compiler(targets: Sequence[str]) -> None:
+    """Before anything runs: a slice target whose compiler is not installed is a clear error naming what to install."""
+    for target in slice_targets(targets):
+        device = split_target(target)[0]
+        compiler = slice_compiler(device)
+        why = compiler.available() if compiler is not None else "no compiler is declared"
+        if why:
+            fix = getattr(compiler, "EXTRA_FIX", None) or f"Use --target {device}."
+            raise AnyDeviceError(f"{target}: the compiled check needs the vendor's compiler here, and {why}.", fix)
+
+
+def choose_loss(batch: Any, args: Any, kwargs: Any, ops: Iterable[str]) -> Any:
+    """The script's loss as the step's ops show it: cross-entropy or MSE against the batch's tensor that the model
+    was not given; else the model's own (a scalar output or ``.loss``), or the summed output (said in the report)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    from anydevice.contract.check_facts import StepLoss as Loss
+
+    given = {(t.data_ptr(), tuple(t.shape)) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+    rest = [t for t in tree_leaves(batch) if isinstance(t, torch.Tensor) and (t.data_ptr(), tuple(t.shape)) not in given]
+    seen = set(ops)
+    if rest and seen & CROSS_ENTROPY_OPS:
+        return Loss("cross_entropy", next((t for t in rest if not t.is_floating_point()), rest[0]))
+    if rest and seen & MSE_OPS:
+        return Loss("mse", rest[0])
+    return Loss("sum")
+
+
+def compile_slices(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    optimizer: Any,
+    targets: Sequence[str],
+    mesh: Mapping[str, int] | None,
+    loss: Any,
+) -> dict[str, CompiledStep]:
+    """One compile of the step per slice target (``{"tpu:v5e-8": CompiledStep}``); the model may be on meta."""
+    out: dict[str, CompiledStep] = {}
+    for target in slice_targets(targets):
+        device, name = split_target(target)
+        compiler = slice_compiler(device)
+        assert compiler is not None and name is not None  # require_compiler ran first
+        fields = compiler.compile_step(model, args, kwargs, optimizer=optimizer, target=name, mesh=mesh, loss=loss)
+        out[target] = CompiledStep.model_validate(fields)
+    return out
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def compiled_memory(step: CompiledStep, findings: list[Finding]) -> list[Verdict]:
+    """The compiler's answer as findings: it replaces the CPU estimate's memory verdict for a slice target."""
+    where = f"{step.compiler} for {step.topology} ({step.counting}), mesh " + ", ".join(f"{a}={d}" for a, d in step.mesh.items())
+    if step.ok:
+        total, capacity = step.per_chip_bytes.get("total"), step.capacity_bytes
+        share = f" ({100 * total / capacity:.0f}%)" if total is not None and capacity else ""
+        collectives = ", ".join(f"{n} {name}" for name, n in step.collectives.items()) or "none"
+        message = (
+            f"compiled by {where}: {_gib(total)} per chip of {_gib(capacity)}{share}, fits; "
+            f"collectives {collectives}; {step.seconds:g} s (compiled, not run)"
+        )
+        findings.append(Finding(check="memory", severity="info", message=message))
+        return []
+    if step.fits is False:
+        need = f"needs {_gib(step.required_bytes)} per chip of {_gib(step.capacity_bytes)}: " if step.required_bytes else ""
+        fix = (
+            "shard parameters and optimizer state over the slice (--mesh fsdp=-1), a larger slice or a chip with more HBM, "
+            "or a smaller batch"
+            if "fsdp" not in step.mesh
+            else "a larger slice or a chip with more HBM, a smaller batch, or activation checkpointing"
+        )
+        findings.append(Finding(check="memory", severity="error", message=f"will not fit ({where}): {need}{step.error}", fix=fix))
+        return ["will not fit"]
+    findings.append(
+        Finding(
+            check="ops",
+            severity="error",
+            message=f"does not compile ({where}): {step.error}",
+            line=step.error_line,
+            fix="change the op at that line to one the TPU lowers (static shapes, no float64), or report it to anydevice",
+        )
+    )
+    return ["will not compile"]
+
+
+def stopped_step(target: str, why: str) -> CompiledStep:
+    """A slice whose compile did not end (out of time or host memory): what is known, and that the answer is not."""
+    device, name = split_target(target)
+    compiler = slice_compiler(device)
+    assert compiler is not None and name is not None
+    slice_ = compiler.parse_slice(name)
+    return CompiledStep(
+        compiler="stopped before it answered",
+        target=target,
+        topology=slice_.topology,
+        counting=slice_.counting,
+        chips=slice_.chips,
+        devices=0,
+        device_kind="unknown",
+        mesh={},
+        program="not finished",
+        ok=False,
+        error=why,
+        seconds=0.0,
+    )
+
+
+def compiled_lines(step: CompiledStep) -> list[str]:
+    """The compiled answer for the text report: what was compiled, by what, and the per-chip bytes."""
+    lines = [f"  compiled ({step.compiler}; {step.topology}, {step.counting}, {step.devices} devices of {step.device_kind}):"]
+    lines.append(f"    program: {step.program}")
+    if step.ok:
+        parts = ", ".join(f"{k} {_gib(v)}" for k, v in step.per_chip_bytes.items())
+        lines.append(f"    per chip: {parts}; capacity {_gib(step.capacity_bytes)} (as the compiler states it)")
+        lines.append(
+            f"    collectives: {', '.join(f'{k} {v}' for k, v in step.collectives.items()) or 'none'}; {step.seconds:g} s"
+        )
+    else:
+        lines.append(f"    not compiled: {step.error}" + (f"  ({step.error_line})" if step.error_line else ""))
+    lines += [f"    assumes: {a}" for a in step.assumptions]
+    return lines
