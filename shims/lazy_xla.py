@@ -210,8 +210,14 @@ class XlaPlacement(Placement, Diagnostics, CudaShaped, HostTransfer):
         self._device_module: Any = None
 
     def device(self, index: int | None = None) -> torch.device:
+        """``xla:0`` for the process's default without starting the runtime (PJRT gives every process its devices
+        from ordinal 0; under SPMD xla:0 is the virtual device), so SPMD can still be chosen before the first
+        tensor; an explicit index asks torch_xla, which checks it."""
+        import torch
         import torch_xla
 
+        if index is None:
+            return torch.device(self.device_type, 0)
         device: torch.device = torch_xla.device(index)  # torch_xla is untyped
         return device
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from anydevice.cuda_compat import runtime, torch_cuda
+from anydevice.cuda_compat import runtime, tensor_parallel, torch_cuda
 from anydevice.cuda_compat.redirect import CUDA, Redirect
 from anydevice.cuda_compat.scope import ImportHook, installed_hook
 
@@ -39,6 +39,10 @@ def install(backend: Backend, device_module: Any) -> Redirect | None:
         scope.add_view(torch, views)
         scope.add_view(torch.utils, {})
         scope.later["torch.utils.cpp_extension"] = runtime.extensions_view(redirect)
+        parallel_view = tensor_parallel.view(redirect)
+        if parallel_view is not None:  # DTensor's parallelize_module lowered to SPMD (xla)
+            scope.later["torch.distributed.tensor"] = lambda module: {}
+            scope.later[tensor_parallel.MODULE] = parallel_view
         scope.make_later_views()
         scope.attach_all()  # torch.cuda, torch.accelerator, torch.distributed in the view of torch
         hook = installed_hook() or ImportHook(lambda: None)

@@ -311,13 +311,37 @@ def _device_mesh(r: Redirect) -> None:
 
     mesh_init = DeviceMesh.__init__
     target = r.target.type
+    collectives = r.backend.shims.collectives
+    spmd = collectives.tensor_parallel == "spmd"
 
     def mesh_init_redirected(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
         if device_type == CUDA:
             r.report.add("DeviceMesh('cuda')", REDIRECTED, f"DeviceMesh({target!r})")
+            if spmd:  # before the script's tensors: SPMD replicates those made earlier (and may crash on them)
+                collectives.tensor_parallelism().world()
         at_user_line(mesh_init, self, r.device_type(device_type), *args, **kwargs)
+        if device_type == CUDA and kwargs.get("_init_backend", True):
+            _world_group(r, spmd)
 
     r.patches.set(DeviceMesh, "__init__", functools.wraps(mesh_init)(mesh_init_redirected))
+
+
+def _world_group(r: Redirect, spmd: bool) -> None:
+    """The default process group a ``DeviceMesh("cuda")`` makes, where torch's mesh of the device's type made none
+    (torch/distributed/device_mesh.py skips process groups for some types): ``mesh.get_rank()`` then answers.
+
+    Under SPMD the one process is the whole world: a one-rank CPU group (the device's own backend refuses SPMD)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    call = "DeviceMesh('cuda'): the world process group"
+    if spmd:
+        r.report.add(call, REDIRECTED, "'gloo', one rank (SPMD: one process drives every device)")
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    else:
+        r.report.add(call, REDIRECTED, repr(r.dist_backend))
+        dist.init_process_group(backend=r.dist_backend, init_method=r.init_method)
 
 
 REDUCTIONS = {"all_reduce": 0, "reduce": 0, "reduce_scatter_tensor": 0, "reduce_scatter": 0}

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,17 @@ def test_a_script_that_exits_early_shows_its_output(tmp_path: Path) -> None:
     assert "| usage: usage.py DATA" in done.stderr
 
 
+def _default_disposition(sig: signal.Signals) -> Callable[[], None]:
+    """The signal's default action in the child: a run under ``nohup`` (SIGHUP ignored, which exec keeps) tests
+    what a user's terminal sends, not what the runner's parent chose to ignore."""
+
+    def reset() -> None:
+        if sig != signal.SIGKILL:
+            signal.signal(sig, signal.SIG_DFL)
+
+    return reset
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=["TERM", "HUP", "KILL"])
 def test_the_script_dies_with_check_on_any_signal_and_its_folder_goes(tmp_path: Path, sig: signal.Signals) -> None:
     tmp = tmp_path / "tmp"
@@ -110,6 +122,7 @@ def test_the_script_dies_with_check_on_any_signal_and_its_folder_goes(tmp_path: 
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=_default_disposition(sig),
     )
     try:
         deadline = time.monotonic() + 120

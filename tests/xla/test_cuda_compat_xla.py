@@ -406,3 +406,30 @@ def test_word_lm_difference_is_torch_xla_without_a_boundary_after_a_hand_written
     assert close(fixed["vals"], want["vals"], tol=1e-5) and abs(fixed["test"] - want["test"]) <= 1e-5, (fixed, want)
     assert abs(got["vals"][0] - want["vals"][0]) <= 1e-5  # the first epoch agrees ...
     assert abs(got["vals"][1] - want["vals"][1]) > 1e-3, (got, want)  # ... later ones do not (measured 2.3836 vs 2.4376)
+
+
+def test_tensor_parallel_with_a_cuda_device_mesh_runs_as_spmd_on_xla() -> None:
+    """pytorch/examples' tensor-parallel idiom on xla: the script's one-rank mesh is kept, its Colwise/Rowwise weights
+    are sharded over the host's 4 SPMD devices, and the losses equal the same program on one cpu rank."""
+    script = str(SCRIPTS / "tp_cuda.py")
+    same = {"TP_INPUT": "host", "CPU_NUM_DEVICES": "4"}  # the batches drawn on the CPU on both sides
+    compat = run(["-m", "anydevice", "run", "--cuda-compat", script], ANYDEVICE="xla", TP_DEVICE="cuda", **same)
+    reference = run(["-m", "anydevice", "run", "-n", "1", script], ANYDEVICE="cpu", **same)
+    got, want = last_json(compat), last_json(reference)
+    assert (got["rank"], got["mesh"], want["mesh"]) == (0, "xla", "cpu")
+    assert close(got["losses"], want["losses"], tol=1e-4), (got, want)
+    assert "XLA SPMD: 2 weight(s) sharded over the host's 4 devices" in compat.stderr
+    assert "Replicating tensors already initialized" not in compat.stderr  # SPMD chosen before the first tensor
+    assert "_cuda_setDevice" not in compat.stderr
+
+
+def test_a_multi_entry_device_mesh_in_one_xla_process_is_refused_by_name(tmp_path: Path) -> None:
+    """A mesh of 4 entries in one process: the script would compute per-rank shapes SPMD does not give; refused."""
+    script = tmp_path / "tp4.py"
+    script.write_text(
+        (SCRIPTS / "tp_cuda.py").read_text().replace('(int(os.environ["WORLD_SIZE"]),)', "(4,)")
+    )
+    done = run(["-m", "anydevice", "run", "--cuda-compat", str(script)], ANYDEVICE="xla", TP_DEVICE="cuda")
+    assert done.returncode != 0
+    assert "parallelize_module over a DeviceMesh of 4 entries in one process on xla" in done.stderr
+    assert "ad.distributed.parallelize(model, plan)" in done.stderr

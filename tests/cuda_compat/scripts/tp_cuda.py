@@ -31,7 +31,10 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, foreach=True)
 losses = []
 for step in range(4):
     torch.manual_seed(step)  # every rank the same batch
-    x = torch.rand(5, 8, device=device_type)
+    if os.environ.get("TP_INPUT") == "host":  # drawn by the CPU generator on every device (XLA's draws other numbers)
+        x = torch.rand(5, 8).to(device_type)
+    else:
+        x = torch.rand(5, 8, device=device_type)
     loss = model(x).pow(2).sum()
     loss.backward()
     optimizer.step()
