@@ -331,8 +331,9 @@ def _world_group(r: Redirect, spmd: bool) -> None:
     (torch/distributed/device_mesh.py skips process groups for some types): ``mesh.get_rank()`` then answers.
 
     Under SPMD the one process is the whole world: a one-rank CPU group (the device's own backend refuses SPMD)."""
-    import torch.distributed as dist
+    import torch.distributed
 
+    dist: Any = torch.distributed  # HashStore is missing from its stubs' exports
     if dist.is_initialized():
         return
     call = "DeviceMesh('cuda'): the world process group"

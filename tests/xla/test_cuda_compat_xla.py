@@ -426,9 +426,7 @@ def test_tensor_parallel_with_a_cuda_device_mesh_runs_as_spmd_on_xla() -> None:
 def test_a_multi_entry_device_mesh_in_one_xla_process_is_refused_by_name(tmp_path: Path) -> None:
     """A mesh of 4 entries in one process: the script would compute per-rank shapes SPMD does not give; refused."""
     script = tmp_path / "tp4.py"
-    script.write_text(
-        (SCRIPTS / "tp_cuda.py").read_text().replace('(int(os.environ["WORLD_SIZE"]),)', "(4,)")
-    )
+    script.write_text((SCRIPTS / "tp_cuda.py").read_text().replace('(int(os.environ["WORLD_SIZE"]),)', "(4,)"))
     done = run(["-m", "anydevice", "run", "--cuda-compat", str(script)], ANYDEVICE="xla", TP_DEVICE="cuda")
     assert done.returncode != 0
     assert "parallelize_module over a DeviceMesh of 4 entries in one process on xla" in done.stderr
