@@ -4,6 +4,8 @@
 PATH0 ARGS...``), so a rank imports no anydevice module and no torch before the script does: the
 start-up costs what ``python script.py`` costs. It imports the standard library only. Under torch
 elastic (:mod:`anydevice.cli.launch`) a rank runs the same :func:`run` after its per-rank variables.
+The script's namespace stays ``__main__`` after it ends, until the interpreter ends, as under ``python``
+(:func:`run_as_main`).
 
 Imported only when needed: cuda-compat (``ANYDEVICE_CUDA_COMPAT``) before the script, and the
 Hugging Face hook (:mod:`anydevice.integrations._hf`) at the first import of Transformers,
@@ -20,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -135,13 +138,49 @@ def run(target: str, args: list[str], is_module: bool = False, path0: str | None
 
                 cuda_compat.enable()  # before the script runs: redirects CUDA calls (idempotent)
         try:
-            if is_module:
-                check_module(target)
-                runpy.run_module(target, run_name="__main__", alter_sys=True)
-            else:
-                runpy.run_path(target, run_name="__main__")
+            run_as_main(target, is_module)
         finally:
             say_if_device_unused()
+
+
+def run_as_main(target: str, is_module: bool = False) -> None:
+    """Run ``target`` as ``__main__`` (runpy), then leave its namespace as ``sys.modules["__main__"]``, as ``python`` does.
+
+    runpy's ``__main__`` lasts only as long as the run: its functions hold its globals, so after the run they are
+    garbage in a cycle, and the collector would finalize the script's objects wherever it next runs, in whichever
+    thread allocates then, before the exit handlers (a DataLoader left with live workers then shuts them down from
+    that thread, under whatever lock it holds). Kept as ``__main__``, they end as under ``python script.py``: when
+    the interpreter ends, after the exit handlers.
+    """
+    try:
+        if is_module:
+            check_module(target)
+            namespace = runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            namespace = runpy.run_path(target, run_name="__main__")
+    except BaseException as exc:  # SystemExit, Ctrl-C, an error: the script's frames still hold its namespace
+        found = _main_namespace(exc.__traceback__)
+        if found is not None:
+            _keep_as_main(found)
+        raise
+    _keep_as_main(namespace)  # runpy's copy of it: the same objects
+
+
+def _main_namespace(tb: TracebackType | None) -> dict[str, object] | None:
+    """The globals of the script's top-level frame in ``tb``: the first ``__main__`` frame that is not this file's."""
+    while tb is not None:
+        namespace = tb.tb_frame.f_globals
+        if namespace.get("__name__") == "__main__" and namespace is not globals():
+            return namespace
+        tb = tb.tb_next
+    return None
+
+
+def _keep_as_main(namespace: dict[str, object]) -> None:
+    """A ``__main__`` module holding ``namespace``'s objects until the interpreter ends (and clears ``__main__``)."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(namespace)
+    sys.modules["__main__"] = main
 
 
 def say_if_device_unused() -> None:
