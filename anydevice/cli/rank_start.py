@@ -7,9 +7,10 @@ elastic (:mod:`anydevice.cli.launch`) a rank runs the same :func:`run` after its
 The script's namespace stays ``__main__`` after it ends, until the interpreter ends, as under ``python``
 (:func:`run_as_main`).
 
-Imported only when needed: cuda-compat (``ANYDEVICE_CUDA_COMPAT``) before the script, and the
+Imported only when needed: cuda-compat (``ANYDEVICE_CUDA_COMPAT``) before the script, the
 Hugging Face hook (:mod:`anydevice.integrations._hf`) at the first import of Transformers,
-Accelerate or Diffusers.
+Accelerate or Diffusers, and the first-step check of the device's use (:mod:`anydevice.cli.device_use`)
+once torch is imported.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ import time
 import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from importlib.abc import Loader
     from importlib.machinery import ModuleSpec
     from types import ModuleType, TracebackType
 
@@ -95,6 +97,66 @@ class _HfOnFirstImport:
         return None
 
 
+class _ThenWatch:
+    """torch's own loader, then :func:`watch_first_step` once torch has loaded (:class:`_WatchOnTorchImport`)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        create = getattr(self.loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__loader__ = self.loader  # torch sees its own loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        watch_first_step()
+
+
+class _WatchOnTorchImport:
+    """At the first import of torch: once it has loaded, :func:`watch_first_step` (then step aside).
+
+    ``find_spec`` runs before torch loads, so it finds torch's spec with the other finders and wraps its
+    loader (:class:`_ThenWatch`): the wrapper puts the real loader back on the module, runs it, then
+    installs the check. A plain finder, as :class:`_HfOnFirstImport`.
+    """
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = cast("Loader", _ThenWatch(spec.loader))
+        return spec
+
+
+def cuda_compat_asked() -> bool:
+    """Whether ``ANYDEVICE_CUDA_COMPAT`` is set to something other than 0 (read without importing anydevice)."""
+    return os.environ.get("ANYDEVICE_CUDA_COMPAT", "").strip() not in ("", "0")
+
+
+def asked_on_rank0() -> str | None:
+    """``ANYDEVICE`` on rank 0 when it is set (what :mod:`.device_use` checks), else None."""
+    asked = os.environ.get("ANYDEVICE", "")
+    return asked if asked.strip() and os.environ.get("RANK", "0") == "0" else None
+
+
+def watch_first_step() -> None:
+    """Say before the first optimizer step when the device asked for is not used (:mod:`.device_use`); torch is imported."""
+    asked = asked_on_rank0()
+    if asked is None:
+        return
+    try:
+        from anydevice.cli.device_use import watch_first_step as watch
+
+        watch(asked, cuda_compat_asked())
+    except Exception:  # the program's import of torch is what matters
+        pass
+
+
 def refusals_hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
     """``sys.excepthook`` of a rank: an anydevice error the script did not catch prints as one clear error
     (:mod:`anydevice.runtime.refusals`, imported only then); anything else as Python prints it."""
@@ -137,6 +199,10 @@ def run(target: str, args: list[str], is_module: bool = False, path0: str | None
                 from anydevice import cuda_compat
 
                 cuda_compat.enable()  # before the script runs: redirects CUDA calls (idempotent)
+        if "torch" in sys.modules:
+            watch_first_step()
+        elif asked_on_rank0() is not None:
+            sys.meta_path.insert(0, _WatchOnTorchImport())
         try:
             run_as_main(target, is_module)
         finally:
@@ -184,14 +250,15 @@ def _keep_as_main(namespace: dict[str, object]) -> None:
 
 
 def say_if_device_unused() -> None:
-    """At the rank's end: one line on rank 0 when the device ``ANYDEVICE`` asked for was never used (:mod:`.device_use`)."""
-    asked = os.environ.get("ANYDEVICE", "")
-    if not asked.strip() or os.environ.get("RANK", "0") != "0":
+    """At the rank's end: one line on rank 0 when the device ``ANYDEVICE`` asked for was never used and the
+    first optimizer step did not say so (:mod:`.device_use`)."""
+    asked = asked_on_rank0()
+    if asked is None:
         return
     from anydevice.cli.device_use import never_used_line
 
     try:
-        line = never_used_line(asked, bool(os.environ.get("ANYDEVICE_CUDA_COMPAT", "").strip() not in ("", "0")))
+        line = never_used_line(asked, cuda_compat_asked())
     except Exception as exc:  # the script's own outcome is what the rank ends with
         line = f"anydevice: could not tell whether ANYDEVICE={asked.strip()} was used: {exc}"
     if line:

@@ -370,6 +370,47 @@ def test_a_torch_accelerator_script_finds_xla_under_compat_and_says_so_without(t
     assert "never used" not in compat.stderr
 
 
+ACCELERATOR_STEPS = """
+import torch
+device = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
+model = torch.nn.Linear(4, 2).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    model(torch.ones(3, 4).to(device)).sum().backward()
+    opt.step()
+    print(f"step {step} on {model.weight.device.type}", flush=True)
+"""
+
+
+def test_a_torch_accelerator_script_says_before_its_first_step_that_xla_is_not_used_and_under_compat_nothing(
+    tmp_path: Path,
+) -> None:
+    """Issue 36: the line comes before the first optimizer step (stderr merged: the order is real), once."""
+    script = tmp_path / "steps.py"
+    script.write_text(ACCELERATOR_STEPS)
+
+    def lines(*options: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "anydevice", "run", *options, str(script)],
+            env=child_env({"PJRT_DEVICE": "CPU", "ANYDEVICE": "xla"}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=400,
+            cwd=REPO,
+        )
+        assert done.returncode == 0, done.stdout[-3000:]
+        return done.stdout.splitlines()
+
+    plain = lines()
+    said = [i for i, line in enumerate(plain) if "anydevice: ANYDEVICE=xla was asked for" in line]
+    assert len(said) == 1 and said[0] < plain.index("step 0 on cpu"), plain
+    assert "torch_xla is not imported at its first optimizer step, so this step runs on the CPU" in plain[said[0]]
+    assert not any("never used" in line for line in plain), plain  # not repeated at exit
+    compat = lines("--cuda-compat")
+    assert "step 2 on xla" in compat and not any("anydevice: ANYDEVICE" in line for line in compat), compat
+
+
 def test_renamed_backend_averages_with_reduce_op_avg_on_xla() -> None:
     """llm.c's loss average: init_process_group("nccl") is "xla" there, which has no ReduceOp.AVG: SUM, then a divide."""
     compat = run(["-m", "anydevice", "run", "--cuda-compat", str(SCRIPTS / "avg_cuda.py")], ANYDEVICE="xla")
