@@ -210,13 +210,13 @@ class XlaPlacement(Placement, Diagnostics, CudaShaped, HostTransfer):
         self._device_module: Any = None
 
     def device(self, index: int | None = None) -> torch.device:
-        """``xla:0`` for the process's default without starting the runtime (PJRT gives every process its devices
-        from ordinal 0; under SPMD xla:0 is the virtual device), so SPMD can still be chosen before the first
-        tensor; an explicit index asks torch_xla, which checks it."""
+        """``xla:0`` for the process's default while no device has been used (PJRT gives every process its devices
+        from ordinal 0; under SPMD xla:0 is the virtual device): asking torch_xla would fix the SPMD mode, which must
+        be chosen before the first tensor. Once a device is in use, or for an explicit index, torch_xla answers."""
         import torch
         import torch_xla
 
-        if index is None:
+        if index is None and not torch_xla._XLAC._xla_get_spmd_config_is_locked():  # no device used yet
             return torch.device(self.device_type, 0)
         device: torch.device = torch_xla.device(index)  # torch_xla is untyped
         return device

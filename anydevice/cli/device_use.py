@@ -11,6 +11,7 @@ Devices torch finds itself (cuda, mps, xpu; no vendor module) and the host are n
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 AT_EXIT = "this process never used {device}: {modules} was never imported, so it ran on the CPU"
 """What the exit line says happened."""
 AT_FIRST_STEP = (
-    "this process is not using {device}: {modules} is not imported at its first optimizer step, so this step runs on the CPU"
+    "this process is not using {device}: {modules} is not imported at its first optimizer step, so this step runs on {where}"
 )
 """What the first-step line says happens."""
 _said_at_first_step = False
@@ -79,10 +80,11 @@ def never_used_line(value: str, compat: bool) -> str | None:
     return None if _said_at_first_step else unused_line(value, compat, AT_EXIT)
 
 
-def say_at_first_step(value: str, compat: bool) -> None:
-    """Write the :data:`AT_FIRST_STEP` line to stderr when the device is not used (then the exit line is not said)."""
+def say_at_first_step(value: str, compat: bool, where: str = "cpu") -> None:
+    """Write the :data:`AT_FIRST_STEP` line to stderr when the device is not used (then the exit line is not said);
+    ``where``: the device type of the step's parameters."""
     global _said_at_first_step
-    line = unused_line(value, compat, AT_FIRST_STEP)
+    line = unused_line(value, compat, AT_FIRST_STEP.replace("{where}", "the CPU" if where == "cpu" else where))
     if line:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
@@ -100,18 +102,27 @@ def watch_first_step(value: str, compat: bool) -> None:
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     checked = False
+    owner = os.getpid()  # a forked child inherits the hook: its steps are not this process's first
 
-    def before_first_step(*_: object) -> None:
+    def before_first_step(optimizer: object, *_: object) -> None:
         nonlocal checked
         try:
-            if not checked:
+            if not checked and os.getpid() == owner:
                 checked = True
-                say_at_first_step(value, compat)
+                say_at_first_step(value, compat, _step_device(optimizer))
             _leave(handle)
         except Exception:  # the program's step is what matters
             pass
 
     handle = register_optimizer_step_pre_hook(before_first_step)
+
+
+def _step_device(optimizer: object) -> str:
+    """The device type of the optimizer's first parameter ("cpu" when it has none)."""
+    for group in getattr(optimizer, "param_groups", ()):
+        for param in group.get("params", ()):
+            return str(param.device.type)
+    return "cpu"
 
 
 def _leave(handle: RemovableHandle) -> None:

@@ -100,8 +100,9 @@ class _HfOnFirstImport:
 class _ThenWatch:
     """torch's own loader, then :func:`watch_first_step` once torch has loaded (:class:`_WatchOnTorchImport`)."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, finder: _WatchOnTorchImport) -> None:
         self.loader = loader
+        self.finder = finder
 
     def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         create = getattr(self.loader, "create_module", None)
@@ -111,26 +112,42 @@ class _ThenWatch:
         module.__loader__ = self.loader  # torch sees its own loader
         if module.__spec__ is not None:
             module.__spec__.loader = self.loader
+        self.finder.leave()
         self.loader.exec_module(module)
         watch_first_step()
 
 
 class _WatchOnTorchImport:
-    """At the first import of torch: once it has loaded, :func:`watch_first_step` (then step aside).
+    """At the import of torch: once it has loaded, :func:`watch_first_step` (then step aside).
 
     ``find_spec`` runs before torch loads, so it finds torch's spec with the other finders and wraps its
     loader (:class:`_ThenWatch`): the wrapper puts the real loader back on the module, runs it, then
-    installs the check. A plain finder, as :class:`_HfOnFirstImport`.
+    installs the check. A probe (``importlib.util.find_spec("torch")``, as datasets and transformers make
+    at import) gets the same spec and loads nothing: the finder stays until torch is loaded. A plain
+    finder, as :class:`_HfOnFirstImport`.
     """
 
+    def __init__(self) -> None:
+        self.finding = False  # its own lookup of torch's spec passes through it
+
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
-        if fullname != "torch":
+        if fullname != "torch" or self.finding:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        self.finding = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self.finding = False
         if spec is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = cast("Loader", _ThenWatch(spec.loader))
+            spec.loader = cast("Loader", _ThenWatch(spec.loader, self))
         return spec
+
+    def leave(self) -> None:
+        """Out of ``sys.meta_path`` (once torch loads; already out is fine)."""
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
 
 
 def cuda_compat_asked() -> bool:

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from anydevice import settings
 from anydevice.cuda_compat.migration_report import REDIRECTED, REFUSED
 from anydevice.cuda_compat.redirect import CUDA, Redirect, same_builtin
 from anydevice.errors import UnsupportedDeviceFunctionError
@@ -317,11 +318,12 @@ def _device_mesh(r: Redirect) -> None:
     def mesh_init_redirected(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
         if device_type == CUDA:
             r.report.add("DeviceMesh('cuda')", REDIRECTED, f"DeviceMesh({target!r})")
-            if spmd:  # before the script's tensors: SPMD replicates those made earlier (and may crash on them)
-                collectives.tensor_parallelism().world()
+        one_process_spmd = device_type == CUDA and spmd and settings.world_size() == 1  # several processes: as they are
+        if one_process_spmd:  # before the script's tensors: SPMD replicates those made earlier (and may crash on them)
+            collectives.tensor_parallelism().world()
         at_user_line(mesh_init, self, r.device_type(device_type), *args, **kwargs)
         if device_type == CUDA and kwargs.get("_init_backend", True):
-            _world_group(r, spmd)
+            _world_group(r, one_process_spmd)
 
     r.patches.set(DeviceMesh, "__init__", functools.wraps(mesh_init)(mesh_init_redirected))
 

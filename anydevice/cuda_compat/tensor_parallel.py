@@ -18,6 +18,7 @@ A mesh of more than one entry in one process is refused: the script would comput
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +34,20 @@ MODULE = "torch.distributed.tensor.parallel"
 """Where scripts take ``parallelize_module`` from; its view is made when the script imports it."""
 
 
-def style_name(style: Any) -> str | None:
-    """The anydevice style for a torch ``ParallelStyle`` (its weight split), or None when it splits no weight."""
+def style_name(style: Any, key: str = "<whole model>") -> str | None:
+    """The anydevice style for a torch ``ParallelStyle`` (its weight split), or None when it splits no weight.
+
+    A Colwise/Rowwise style whose output stays a DTensor (``use_local_output=False``, as ``loss_parallel`` wants) is
+    refused: the script would call DTensor methods on the whole tensors SPMD gives."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
+    splits = isinstance(style, (ColwiseParallel, RowwiseParallel))
+    if splits and getattr(style, "use_local_output", True) is False:
+        raise UnsupportedFeatureError(
+            f"parallelize_module plan entry {key!r}: {type(style).__name__}(use_local_output=False) gives the script "
+            "DTensors, and under SPMD one process holds whole tensors instead.",
+            "Leave use_local_output at its default (True), or run the script with one process per device.",
+        )
     if isinstance(style, ColwiseParallel):
         return "colwise"
     if isinstance(style, RowwiseParallel):
@@ -46,15 +57,26 @@ def style_name(style: Any) -> str | None:
 
 def plan_rules(model: Any, plan: Any) -> tuple[list[Any], list[str]]:
     """The weight-splitting rules of a torch plan (``{fqn: ParallelStyle}`` or one style for ``model``), and the
-    entries kept replicated (styles that split no weight, or a whole-model style)."""
+    entries kept replicated (styles that split no weight, or a whole-model style).
+
+    An entry that names no submodule is skipped with a warning, as torch's ``parallelize_module`` does."""
     from anydevice.shims.tp_plan import expand
 
     if not isinstance(plan, Mapping):
+        style_name(plan)
         return [], [f"<whole model>: {type(plan).__name__}"]
-    named = {str(k): style_name(v) for k, v in plan.items()}
-    kept = [f"{k}: {type(plan[k]).__name__}" for k, v in named.items() if v is None]
-    splits = {k: v for k, v in named.items() if v is not None}
-    return (expand(model, splits) if splits else []), kept
+    rules: list[Any] = []
+    kept: list[str] = []
+    for key, style in plan.items():
+        name = style_name(style, str(key))
+        if name is None:
+            kept.append(f"{key}: {type(style).__name__}")
+            continue
+        try:
+            rules += expand(model, {str(key): name})
+        except DistributedError as unresolved:
+            warnings.warn(f"Parallelize plan key {key!r} could not be resolved: {unresolved.args[0]}", stacklevel=3)
+    return rules, kept
 
 
 def view(r: Redirect) -> Callable[[types.ModuleType], dict[str, Any]] | None:
@@ -85,7 +107,7 @@ def lower(r: Redirect, lowering: Any, model: Any, device_mesh: Any, plan: Any) -
     size = int(device_mesh.size())
     if size != 1:
         raise UnsupportedFeatureError(
-            f"parallelize_module over a DeviceMesh of {size} entries in one process on {r.name}: on torch_xla SPMD one "
+            f"parallelize_module over a DeviceMesh of {size} entries in one process on {r.name}: under SPMD one "
             "process drives every device of the host, and the script would compute per-rank shapes that SPMD, which "
             "gives whole tensors, does not produce.",
             "Size the mesh by the world (init_device_mesh('cuda', (int(os.environ['WORLD_SIZE']),)) is 1 here: "
@@ -102,7 +124,8 @@ def lower(r: Redirect, lowering: Any, model: Any, device_mesh: Any, plan: Any) -
         r.notice(said)
         r.report.add(call, REDIRECTED, said)
         return model
+    model = r.backend.shims.placement.move(model)  # as DTensor moves the weights it splits; every Parameter kept
     model = lowering.parallelize(model, rules, lowering.mesh({TP_AXIS: devices}))
-    outcome = f"XLA SPMD: {len(rules)} weight(s) sharded over the host's {devices} devices"
+    outcome = f"SPMD: {len(rules)} weight(s) sharded over the host's {devices} devices"
     r.report.add(call, REDIRECTED, outcome + (f"; replicated: {', '.join(kept)}" if kept else ""))
     return model

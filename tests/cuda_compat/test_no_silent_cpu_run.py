@@ -18,7 +18,11 @@ from tests.utils import child_env
 
 RANK_START = str(Path(rank_start.__file__).resolve())
 STEPS = """
+import importlib.util
 import sys
+
+if "probe" in sys.argv:  # as datasets and transformers ask at import whether torch is installed
+    assert importlib.util.find_spec("torch") is not None
 import torch
 from torch.optim import optimizer
 
@@ -90,3 +94,9 @@ def test_nothing_is_said_when_the_device_is_used_or_has_no_vendor_module(tmp_pat
     for not_one in ("", " ", "auto", "AUTO", "cpu,xla"):
         assert asked_device(not_one) is None, not_one  # no device to check: no hook at all
     assert asked_device("XLA:1") == "xla"
+
+
+def test_a_probe_for_torch_before_its_import_does_not_use_up_the_watch(tmp_path: Path) -> None:
+    lines = rank(tmp_path, "xla", "probe")
+    said = [i for i, line in enumerate(lines) if FIRST_STEP in line]
+    assert len(said) == 1 and said[0] < lines.index("step 0 done, global pre-hooks 0"), lines

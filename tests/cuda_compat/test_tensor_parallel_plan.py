@@ -13,7 +13,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from anydevice.cuda_compat.tensor_parallel import plan_rules
-from anydevice.errors import DistributedError
+from anydevice.errors import UnsupportedFeatureError
 
 pytestmark = pytest.mark.torch_version_sensitive
 
@@ -47,7 +47,13 @@ def test_colwise_and_rowwise_split_weights_and_the_rest_stays_replicated() -> No
     assert kept == ["layers.*.norm: SequenceParallel", "layers.0: PrepareModuleInput"]
 
 
-def test_a_style_for_the_whole_model_is_kept_replicated_and_a_wrong_name_is_named() -> None:
+def test_a_style_for_the_whole_model_is_kept_replicated_and_a_wrong_name_is_skipped_with_torchs_warning() -> None:
     assert plan_rules(torch.nn.Linear(8, 8), ColwiseParallel()) == ([], ["<whole model>: ColwiseParallel"])
-    with pytest.raises(DistributedError, match=r"'layers\.\*\.upp' matches no module"):
-        plan_rules(model(), {"layers.*.upp": ColwiseParallel()})
+    with pytest.warns(UserWarning, match=r"Parallelize plan key 'layers\.\*\.upp' could not be resolved"):
+        rules, _ = plan_rules(model(), {"layers.*.upp": ColwiseParallel(), "layers.0.up": ColwiseParallel()})
+    assert [r.name for r in rules] == ["layers.0.up"]
+
+
+def test_a_style_that_leaves_dtensor_outputs_is_refused_by_name() -> None:
+    with pytest.raises(UnsupportedFeatureError, match=r"'layers.0.up': ColwiseParallel\(use_local_output=False\)"):
+        plan_rules(model(), {"layers.0.up": ColwiseParallel(use_local_output=False)})

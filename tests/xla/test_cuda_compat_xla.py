@@ -459,7 +459,7 @@ def test_tensor_parallel_with_a_cuda_device_mesh_runs_as_spmd_on_xla() -> None:
     got, want = last_json(compat), last_json(reference)
     assert (got["rank"], got["mesh"], want["mesh"]) == (0, "xla", "cpu")
     assert close(got["losses"], want["losses"], tol=1e-4), (got, want)
-    assert "XLA SPMD: 2 weight(s) sharded over the host's 4 devices" in compat.stderr
+    assert "SPMD: 2 weight(s) sharded over the host's 4 devices" in compat.stderr
     assert "Replicating tensors already initialized" not in compat.stderr  # SPMD chosen before the first tensor
     assert "_cuda_setDevice" not in compat.stderr
 
