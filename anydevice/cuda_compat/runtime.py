@@ -318,11 +318,12 @@ def _device_mesh(r: Redirect) -> None:
     def mesh_init_redirected(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
         if device_type == CUDA:
             r.report.add("DeviceMesh('cuda')", REDIRECTED, f"DeviceMesh({target!r})")
-        one_process_spmd = device_type == CUDA and spmd and settings.world_size() == 1  # several processes: as they are
+        asked = device_type in (CUDA, target)  # "cuda", or the type torch.accelerator names under compat
+        one_process_spmd = asked and spmd and settings.world_size() == 1  # several processes: as they are
         if one_process_spmd:  # before the script's tensors: SPMD replicates those made earlier (and may crash on them)
             collectives.tensor_parallelism().world()
         at_user_line(mesh_init, self, r.device_type(device_type), *args, **kwargs)
-        if device_type == CUDA and kwargs.get("_init_backend", True):
+        if asked and kwargs.get("_init_backend", True):
             _world_group(r, one_process_spmd)
 
     r.patches.set(DeviceMesh, "__init__", functools.wraps(mesh_init)(mesh_init_redirected))
@@ -338,7 +339,7 @@ def _world_group(r: Redirect, spmd: bool) -> None:
     dist: Any = torch.distributed  # HashStore is missing from its stubs' exports
     if dist.is_initialized():
         return
-    call = "DeviceMesh('cuda'): the world process group"
+    call = "DeviceMesh: the world process group"
     if spmd:
         r.report.add(call, REDIRECTED, "'gloo', one rank (SPMD: one process drives every device)")
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)

@@ -461,6 +461,9 @@ def test_tensor_parallel_with_a_cuda_device_mesh_runs_as_spmd_on_xla() -> None:
     assert close(got["losses"], want["losses"], tol=1e-4), (got, want)
     assert "SPMD: 2 weight(s) sharded over the host's 4 devices" in compat.stderr
     assert "Replicating tensors already initialized" not in compat.stderr  # SPMD chosen before the first tensor
+    # the public example's form: the mesh's type from torch.accelerator, which names xla under compat
+    accelerator = run(["-m", "anydevice", "run", "--cuda-compat", script], ANYDEVICE="xla", **same)
+    assert close(last_json(accelerator)["losses"], want["losses"], tol=1e-4)
     assert "_cuda_setDevice" not in compat.stderr
 
 
