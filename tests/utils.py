@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -34,6 +35,13 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 2-core machine a child using both cores waits on the other processes at every parallel region: the main job's
 50 steps took 70-129 s with torch's default threads, 6-8 s with one (docs/benchmarks.md). The numbers a test
 compares come from the same code on both sides; ``anydevice run -n N`` already gives its ranks one thread."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def child_env(extra: Mapping[str, str] | None = None, pythonpath: Path | None = None) -> dict[str, str]:

@@ -16,6 +16,7 @@ import torch
 
 from tests.cuda_compat.gpu_checkpoint import gpt_state, save_as_gpu
 from tests.distributed.helpers import Result, anydevice_run, python
+from tests.utils import free_port
 
 pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md, "Which tests the core lanes run"
 
@@ -79,8 +80,8 @@ def test_environment_variable_alone_runs_an_unmodified_script(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_mp_spawn_children_are_redirected_too() -> None:
-    compat = python(SCRIPTS / "loader_cuda.py", "--spawn=2", "--port=29631", ANYDEVICE_CUDA_COMPAT="1", timeout=300)
-    by_hand = python(SCRIPTS / "loader_port.py", "--device=cpu", "--spawn=2", "--port=29632", timeout=300)
+    compat = python(SCRIPTS / "loader_cuda.py", "--spawn=2", f"--port={free_port()}", ANYDEVICE_CUDA_COMPAT="1", timeout=300)
+    by_hand = python(SCRIPTS / "loader_port.py", "--device=cpu", "--spawn=2", f"--port={free_port()}", timeout=300)
     assert compat.returncode == 0, compat.stderr[-3000:]
     got, want = compat.by_rank(), by_hand.by_rank()
     assert sorted(got) == [0, 1]

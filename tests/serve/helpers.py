@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,13 +24,6 @@ ENGINE_ARGS = ("--dtype", "float32", "--max-model-len", "256", "--enforce-eager"
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO", "TOKENIZERS_PARALLELISM": "false"}
 """1 GiB of KV cache: the test machine is shared."""
 START_TIMEOUT = 400.0
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def engine_env(extra: Mapping[str, str] | None = None, site: Path | None = None) -> dict[str, str]:

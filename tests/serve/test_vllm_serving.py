@@ -21,12 +21,11 @@ from tests.serve.helpers import (
     Server,
     complete,
     engine_env,
-    free_port,
     launch_environment,
     server_command,
     start_server,
 )
-from tests.utils import REPO
+from tests.utils import REPO, free_port
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow, pytest.mark.long("starts a vLLM server: about a minute on 2 cores")]
 
