@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anydevice import settings
-from anydevice.cli import launch_args, lifeline, rank_start
+from anydevice.cli import launch_args, lifeline, rank_end, rank_start
 from anydevice.cli.launch_args import build_parser  # noqa: F401 - where callers of 0.2 found it
 from anydevice.distributed import slurm as slurm_env
 from anydevice.errors import AnyDeviceError, DistributedError, UsageError
@@ -315,8 +315,10 @@ def rank_main(argv: list[str]) -> int:
         except SystemExit as exc:
             if exc.code in (None, 0):
                 joining.mark_left(settings.rank(), settings.world_size())  # peers waiting in init stop at once
+                rank_end.finish()
             raise
     joining.mark_left(settings.rank(), settings.world_size())
+    rank_end.finish()  # past torch's gloo teardown when its threads outlive the group (rank_end)
     return 0
 
 

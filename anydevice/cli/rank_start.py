@@ -5,7 +5,8 @@ PATH0 ARGS...``), so a rank imports no anydevice module and no torch before the 
 start-up costs what ``python script.py`` costs. It imports the standard library only. Under torch
 elastic (:mod:`anydevice.cli.launch`) a rank runs the same :func:`run` after its per-rank variables.
 The script's namespace stays ``__main__`` after it ends, until the interpreter ends, as under ``python``
-(:func:`run_as_main`).
+(:func:`run_as_main`); a rank that succeeded while torch's gloo threads outlive its process group ends
+past the C++ teardown (:mod:`.rank_end`).
 
 Imported only when needed: cuda-compat (``ANYDEVICE_CUDA_COMPAT``) before the script, the
 Hugging Face hook (:mod:`anydevice.integrations._hf`) at the first import of Transformers,
@@ -285,4 +286,11 @@ def say_if_device_unused() -> None:
 
 if __name__ == "__main__":
     sys.path[0] = sys.argv[3]  # first: nothing is imported from this file's folder
-    run(sys.argv[1], sys.argv[4:], sys.argv[2] == "module", sys.argv[3])
+    try:
+        run(sys.argv[1], sys.argv[4:], sys.argv[2] == "module", sys.argv[3])
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+    from anydevice.cli import rank_end
+
+    rank_end.finish()  # past torch's gloo teardown when its threads outlive the group
