@@ -21,7 +21,7 @@ from anydevice import settings
 from anydevice.cli import command, rank_start
 
 RANK_START = str(Path(rank_start.__file__).resolve())
-"""The rank's program, run by its path: it imports no anydevice module and no torch before the script."""
+"""The rank's program, run by its path: it imports no torch before the script (of anydevice, its script runner only)."""
 
 
 def rank_environment(port: int | None = None) -> dict[str, str]:

@@ -1,12 +1,13 @@
 """How one rank starts: it dies with its launcher, gets ``sys.path[0]`` as ``python`` gives it, runs the script.
 
 ``anydevice run`` of one process runs this file by its path (``python .../rank_start.py TARGET KIND
-PATH0 ARGS...``), so a rank imports no anydevice module and no torch before the script does: the
-start-up costs what ``python script.py`` costs. It imports the standard library only. Under torch
-elastic (:mod:`anydevice.cli.launch`) a rank runs the same :func:`run` after its per-rank variables.
+PATH0 ARGS...``), so a rank imports no torch before the script does, and of anydevice only the script runner
+(:mod:`anydevice.runtime.script_main`, standard library only): the start-up costs what ``python script.py``
+costs. Under torch elastic (:mod:`anydevice.cli.launch`) a rank runs the same :func:`run` after its per-rank
+variables.
 The script's namespace stays ``__main__`` after it ends, until the interpreter ends, as under ``python``
-(:func:`run_as_main`); a rank that succeeded while torch's gloo threads outlive its process group ends
-past the C++ teardown (:mod:`.rank_end`).
+(:func:`anydevice.runtime.script_main.run_as_main`); a rank that succeeded while torch's gloo threads
+outlive its process group ends past the C++ teardown (:mod:`.rank_end`).
 
 Imported only when needed: cuda-compat (``ANYDEVICE_CUDA_COMPAT``) before the script, the
 Hugging Face hook (:mod:`anydevice.integrations._hf`) at the first import of Transformers,
@@ -19,12 +20,10 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
-import runpy
 import signal
 import sys
 import threading
 import time
-import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
@@ -221,50 +220,12 @@ def run(target: str, args: list[str], is_module: bool = False, path0: str | None
             watch_first_step()
         elif asked_on_rank0() is not None:
             sys.meta_path.insert(0, _WatchOnTorchImport())
+        from anydevice.runtime.script_main import run_as_main  # standard library only
+
         try:
-            run_as_main(target, is_module)
+            run_as_main(target, is_module, check_module)
         finally:
             say_if_device_unused()
-
-
-def run_as_main(target: str, is_module: bool = False) -> None:
-    """Run ``target`` as ``__main__`` (runpy), then leave its namespace as ``sys.modules["__main__"]``, as ``python`` does.
-
-    runpy's ``__main__`` lasts only as long as the run: its functions hold its globals, so after the run they are
-    garbage in a cycle, and the collector would finalize the script's objects wherever it next runs, in whichever
-    thread allocates then, before the exit handlers (a DataLoader left with live workers then shuts them down from
-    that thread, under whatever lock it holds). Kept as ``__main__``, they end as under ``python script.py``: when
-    the interpreter ends, after the exit handlers.
-    """
-    try:
-        if is_module:
-            check_module(target)
-            namespace = runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            namespace = runpy.run_path(target, run_name="__main__")
-    except BaseException as exc:  # SystemExit, Ctrl-C, an error: the script's frames still hold its namespace
-        found = _main_namespace(exc.__traceback__)
-        if found is not None:
-            _keep_as_main(found)
-        raise
-    _keep_as_main(namespace)  # runpy's copy of it: the same objects
-
-
-def _main_namespace(tb: TracebackType | None) -> dict[str, object] | None:
-    """The globals of the script's top-level frame in ``tb``: the first ``__main__`` frame that is not this file's."""
-    while tb is not None:
-        namespace = tb.tb_frame.f_globals
-        if namespace.get("__name__") == "__main__" and namespace is not globals():
-            return namespace
-        tb = tb.tb_next
-    return None
-
-
-def _keep_as_main(namespace: dict[str, object]) -> None:
-    """A ``__main__`` module holding ``namespace``'s objects until the interpreter ends (and clears ``__main__``)."""
-    main = types.ModuleType("__main__")
-    main.__dict__.update(namespace)
-    sys.modules["__main__"] = main
 
 
 def say_if_device_unused() -> None:

@@ -23,7 +23,6 @@ job on this machine with submitit's local executor (several tasks, no SLURM).
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from anydevice import settings
 from anydevice.distributed.slurm import PORT_BASE, PORT_SPAN
 from anydevice.errors import DistributedError, UnsupportedFeatureError
+from anydevice.runtime.script_main import run_as_main
 
 if TYPE_CHECKING:
     import submitit
@@ -103,7 +103,7 @@ class Task:
         sys.argv = argv
         sys.path.insert(0, str(Path(script).resolve().parent))
         try:
-            runpy.run_path(script, run_name="__main__")
+            run_as_main(script)  # its objects live on as ``__main__``, as under ``python SCRIPT``
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise  # a failed task (or submitit's requeue exit) ends the process with its status

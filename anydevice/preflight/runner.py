@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import runpy
 import sys
 import traceback
 from collections.abc import Mapping
@@ -38,6 +37,7 @@ from anydevice.preflight.observe import Observer, OpRecorder
 from anydevice.preflight.schema import CpuRun, CudaCall, ShortLastBatch
 from anydevice.preflight.scratch import ScratchView
 from anydevice.preflight.source_calls import calls_in
+from anydevice.runtime.script_main import run_as_main
 
 
 class _Enough(BaseException):
@@ -207,7 +207,7 @@ def main(argv: list[str]) -> int:
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))  # the script's own modules import as under `python SCRIPT`
     try:
-        runpy.run_path(script, run_name="__main__")
+        run_as_main(script)  # its objects live on as ``__main__``, as under ``python SCRIPT``
     except _Enough:
         pass
     except SystemExit as exc:
