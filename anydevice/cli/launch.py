@@ -41,6 +41,7 @@ unmodified (:mod:`anydevice.cuda_compat` in every rank).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import functools
 import json
 import logging
@@ -48,6 +49,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -280,7 +282,6 @@ def run_rank(
 def _end_refused(exc: Exception) -> None:
     """An anydevice error from the rank's script: one clear error on stderr, and the same text (not a traceback) in
     torch elastic's error file, which the launcher's summary shows; then the rank ends with status 1."""
-    from anydevice.files import safe_files
     from anydevice.runtime import refusals
 
     text = refusals.one_error(exc, exc.__traceback__)
@@ -288,14 +289,43 @@ def _end_refused(exc: Exception) -> None:
         return
     sys.stderr.write(text)
     sys.stderr.flush()
-    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
-    if error_file:  # the shape torch elastic's @record writes, without the traceback (py_callstack)
-        message = {"message": text.rstrip("\n"), "extraInfo": {"timestamp": str(int(time.time()))}}
-        try:
-            safe_files.write_json(error_file, {"message": message}, ours_keys=("message",))
-        except (OSError, AnyDeviceError):
-            pass  # the summary then says only the exit status
+    _write_error_file(text.rstrip("\n"))  # the text, not a traceback
     raise SystemExit(1) from None
+
+
+def _write_error_file(text: str, callstack: str | None = None) -> None:
+    """The rank's failure in torch elastic's error file (``TORCHELASTIC_ERROR_FILE``), in the shape ``@record``
+    writes, but whole: a temporary file, then a rename (:mod:`anydevice.files.safe_files`).
+
+    torch writes it in place; a rank stopped mid-write (the launcher's SIGTERM once another rank has failed) left
+    an empty file, and the launcher, parsing it, failed with a JSONDecodeError instead of naming the failed rank.
+    """
+    from anydevice.files import safe_files
+
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+    if not error_file:
+        return
+    extra = {"timestamp": str(int(time.time()))} | ({"py_callstack": callstack} if callstack is not None else {})
+    try:
+        safe_files.write_json(error_file, {"message": {"message": text, "extraInfo": extra}}, ours_keys=("message",), force=True)
+    except (OSError, AnyDeviceError):
+        pass  # the summary then says only the exit status
+
+
+def _recorded(run: Callable[..., None]) -> Callable[..., None]:
+    """torch elastic's ``@record`` for a rank (fault handler on; an exception's message and traceback in the
+    error file the launcher's summary shows), with the file written whole (:func:`_write_error_file`)."""
+
+    @functools.wraps(run)
+    def recorded(*args: Any) -> None:
+        faulthandler.enable(all_threads=True)
+        try:
+            run(*args)
+        except Exception as exc:
+            _write_error_file(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            raise
+
+    return recorded
 
 
 def rank_main(argv: list[str]) -> int:
@@ -308,10 +338,8 @@ def rank_main(argv: list[str]) -> int:
     from anydevice.distributed import joining
 
     with lifeline.quiet_interrupt():
-        from torch.distributed.elastic.multiprocessing.errors import record
-
         try:
-            record(run_rank)(target, args, {}, kind == "module", path0)
+            _recorded(run_rank)(target, args, {}, kind == "module", path0)
         except SystemExit as exc:
             if exc.code in (None, 0):
                 joining.mark_left(settings.rank(), settings.world_size())  # peers waiting in init stop at once

@@ -18,6 +18,8 @@ import torch
 
 from tests.distributed.helpers import anydevice_run
 
+pytestmark = pytest.mark.torch_version_sensitive  # docs/architecture.md: whether torch frees a gloo group differs by version
+
 SCRIPT = """
 import atexit, json, os, sys, threading, time
 import torch, torch.distributed as dist
