@@ -318,7 +318,10 @@ def _recorded(run: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(run)
     def recorded(*args: Any) -> None:
-        faulthandler.enable(all_threads=True)
+        try:
+            faulthandler.enable(all_threads=True)
+        except (RuntimeError, ValueError, OSError):  # no stderr to write to (``2>&-``): the rank runs without it
+            pass
         try:
             run(*args)
         except Exception as exc:
