@@ -42,10 +42,10 @@ def run_as_main(target: str, is_module: bool = False, check_module: Callable[[st
 
 
 def _main_namespace(tb: TracebackType | None) -> dict[str, object] | None:
-    """The globals of the script's top-level frame in ``tb``: the first ``__main__`` frame that is not this file's."""
+    """The globals of the script's top-level frame in ``tb`` (from :func:`run_as_main` down): the first ``__main__`` one."""
     while tb is not None:
         namespace = tb.tb_frame.f_globals
-        if namespace.get("__name__") == "__main__" and namespace is not globals():
+        if namespace.get("__name__") == "__main__":
             return namespace
         tb = tb.tb_next
     return None
