@@ -15,6 +15,9 @@ marker inside a temporary directory) until it has published. A lock lives in the
 the NFS lock manager), not in a PID, so it holds across containers and PID namespaces; it is
 released when the writer dies, however it dies. Cleanup removes a temporary only when its name
 is one this module makes and its lock can be taken; other tools' hidden files are never touched.
+A temporary is created as ``.NAME.anydevice-new.<hex>`` and renamed ``-tmp`` once locked; for that
+instant the writer holds a shared ``flock`` on the directory itself (:func:`naming`), so cleanup,
+which takes it exclusive, can tell a writer killed in that instant from one still in it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 
 from anydevice.errors import CheckpointError
@@ -38,11 +42,13 @@ MARKER = ".anydevice-checkpoint"
 METADATA = ".metadata"
 
 GRACE_S = 60.0
-"""A ``.NAME.anydevice-new.<hex>`` (a temporary in the instant between its creation and its lock) is left alone this long."""
+"""Where the directory cannot be locked, a ``.NAME.anydevice-new.<hex>`` (a temporary in the instant between its creation
+and its lock) is left alone this long."""
 
 STALE_AFTER_S = 3600.0
 """Where locks do not work (``ENOLCK``), a temporary this old is stale."""
 
+_DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 _OURS = re.compile(r"^\..+\.anydevice-(?P<kind>tmp|old|new)\.(?P<token>[0-9a-f]{16})$")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -80,15 +86,40 @@ def lock(fd: int, *, wait: bool, shared: bool = False) -> bool | None:
     return True
 
 
+@contextmanager
+def naming(place: Place) -> Iterator[None]:
+    """Held while a writer creates its ``-new`` temporary, locks it and renames it ``-tmp``: a shared ``flock`` on the
+    directory. Cleanup removes a ``-new`` only while it holds that lock exclusively (no writer is in that instant), so a
+    ``-new`` it sees then was left by a dead writer. Where the directory cannot be opened or locked, nothing is held
+    and cleanup falls back to :data:`GRACE_S`."""
+    fd = _open_directory(place.fd)
+    try:
+        if fd is not None:
+            lock(fd, wait=True, shared=True)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _open_directory(dir_fd: int) -> int | None:
+    """A new open file description of the directory ``dir_fd`` (``flock`` locks belong to one), or None."""
+    try:
+        return os.open(".", _DIRECTORY | _CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
 # -- stale temporaries ----------------------------------------------------------------------------
 
 
 def remove_stale_temps(place: Place) -> list[str]:
     """Delete the temporaries that dead writers of ours left beside ``place``; return their names.
 
-    A name matching ``.NAME.anydevice-tmp.<hex>`` is removed when its lock can be taken (a
-    ``-new`` one only after :data:`GRACE_S`); where locks do not work, after :data:`STALE_AFTER_S`.
-    A moved-aside
+    A name matching ``.NAME.anydevice-tmp.<hex>`` is removed when its lock can be taken; where locks
+    do not work, after :data:`STALE_AFTER_S`. A ``-new`` one is removed while no writer is naming a
+    temporary in the directory (:func:`naming`) and its own lock, if it has one yet, can be taken;
+    where the directory cannot be locked, only after :data:`GRACE_S`. A moved-aside
     ``.NAME.anydevice-old.<hex>`` (only the two-rename fallback makes one) whose writer is dead is
     renamed back to ``NAME`` when nothing is there (the crash fell between the two renames), else
     deleted. Nothing else is touched.
@@ -99,14 +130,17 @@ def remove_stale_temps(place: Place) -> list[str]:
     except OSError:
         return removed
     now = time.time()
+    fresh = [name for name in names if (match := _OURS.match(name)) is not None and match["kind"] == "new"]
+    if fresh:
+        removed += _remove_dead_new(place, fresh, now)
     for name in names:
         match = _OURS.match(name)
         try:
-            if match is not None and match["kind"] in ("tmp", "new"):
-                if _writer_dead(place.fd, name, now, grace=match["kind"] == "new"):
+            if match is not None and match["kind"] == "tmp":
+                if _writer_dead(place.fd, name, now):
                     _remove(place.fd, name)
                     removed.append(name)
-            elif match is not None:
+            elif match is not None and match["kind"] == "old":
                 if not _writer_dead(place.fd, temp_name(name.split(".anydevice-old.")[0][1:], match["token"]), now):
                     continue
                 original = name[1 : name.rindex(".anydevice-old.")]
@@ -118,6 +152,27 @@ def remove_stale_temps(place: Place) -> list[str]:
         except OSError:
             continue  # cleaned by another saver first, published by its writer, or not ours to delete: best effort
     return removed
+
+
+def _remove_dead_new(place: Place, names: list[str], now: float) -> list[str]:
+    """Remove the ``-new`` temporaries among ``names`` whose writers are dead (:func:`remove_stale_temps`)."""
+    fd = _open_directory(place.fd)
+    held = lock(fd, wait=False) if fd is not None else None
+    try:
+        if held is False:
+            return []  # a writer is naming its temporary now: a later save sweeps what a dead one left
+        removed = []
+        for name in names:
+            try:
+                if _writer_dead(place.fd, name, now, grace=held is None):
+                    _remove(place.fd, name)
+                    removed.append(name)
+            except OSError:
+                continue  # renamed -tmp by its writer, or cleaned by another saver first
+        return removed
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _writer_dead(dir_fd: int, name: str, now: float, grace: bool = False) -> bool:
@@ -285,14 +340,15 @@ def locked_temp_file(place: Place) -> tuple[int, str]:
     """
     token = secrets.token_hex(8)
     new, name = temp_name(place.name, token, "new"), temp_name(place.name, token)
-    fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=place.fd)
-    try:
-        lock(fd, wait=True)  # held until the publishing rename: other savers' cleanup leaves it alone
-        os.rename(new, name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
-    except BaseException:
-        os.close(fd)
-        unlink_quietly(place.fd, new)
-        raise
+    with naming(place):
+        fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=place.fd)
+        try:
+            lock(fd, wait=True)  # held until the publishing rename: other savers' cleanup leaves it alone
+            os.rename(new, name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
+        except BaseException:
+            os.close(fd)
+            unlink_quietly(place.fd, new)
+            raise
     return fd, name
 
 
@@ -419,15 +475,16 @@ class DirectoryWrite:
         self.name = temp_name(place.name, self.token)
         new = temp_name(place.name, self.token, "new")  # renamed to -tmp once its marker is locked
         try:
-            os.mkdir(new, 0o777, dir_fd=place.fd)
-            inner = os.open(new, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=place.fd)
-            try:
-                self.marker = os.open(MARKER, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=inner)
-            finally:
-                os.close(inner)
-            lock(self.marker, wait=True)
-            os.write(self.marker, b"anydevice checkpoint (torch.distributed.checkpoint)\n")
-            os.rename(new, self.name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
+            with naming(place):
+                os.mkdir(new, 0o777, dir_fd=place.fd)
+                inner = os.open(new, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=place.fd)
+                try:
+                    self.marker = os.open(MARKER, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=inner)
+                finally:
+                    os.close(inner)
+                lock(self.marker, wait=True)
+                os.write(self.marker, b"anydevice checkpoint (torch.distributed.checkpoint)\n")
+                os.rename(new, self.name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
         except OSError as exc:
             raise save_error(place.path, exc) from None
 

@@ -9,6 +9,7 @@ immutable directory) are skipped without it.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
@@ -186,8 +187,34 @@ def test_stale_temporaries_are_removed_only_when_ours_and_their_writer_is_dead(t
     assert ad.load(tmp_path / "ckpt.pt") == {"x": 2}
 
 
-def test_a_temporary_not_yet_locked_is_kept_for_a_grace_period(tmp_path):
+def test_a_temporary_not_yet_locked_is_kept_while_a_writer_is_naming_one_and_swept_once_none_is(tmp_path):
     young = tmp_path / publish.temp_name("ckpt.pt", kind="new")  # a writer between open and flock looks like this
+    young.touch()
+    naming = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)  # a live writer in that instant holds this shared
+    try:
+        fcntl.flock(naming, fcntl.LOCK_SH)
+        ad.save({"x": 1}, tmp_path / "ckpt.pt")  # the save's own naming shares the lock and goes on
+        assert temps(tmp_path) == [young.name]
+    finally:
+        os.close(naming)
+    ad.save({"x": 2}, tmp_path / "ckpt.pt")  # no writer is naming: the -new one's writer died in that instant
+    assert temps(tmp_path) == []
+    assert ad.load(tmp_path / "ckpt.pt") == {"x": 2}
+
+
+def test_a_directory_checkpoints_writer_killed_before_its_lock_leaves_nothing_after_the_next_save(tmp_path):
+    ad.checkpoint.save({"step": 1}, tmp_path / "c")
+    killed = tmp_path / publish.temp_name("c", kind="new")  # killed after creating its marker, before locking it
+    killed.mkdir()
+    (killed / publish.MARKER).touch()
+    ad.checkpoint.save({"step": 2}, tmp_path / "c")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+    assert ad.checkpoint.load({"step": 0}, tmp_path / "c")["step"] == 2
+
+
+def test_where_the_directory_cannot_be_locked_a_temporary_not_yet_locked_gets_a_grace_period(tmp_path, monkeypatch):
+    monkeypatch.setattr(publish, "_open_directory", lambda dir_fd: None)
+    young = tmp_path / publish.temp_name("ckpt.pt", kind="new")
     young.touch()
     ad.save({"x": 1}, tmp_path / "ckpt.pt")
     assert temps(tmp_path) == [young.name]
