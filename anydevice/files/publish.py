@@ -435,27 +435,40 @@ def unlink_quietly(dir_fd: int, name: str) -> None:
 
 
 def directory_problem(place: Place) -> str | None:
-    """None when the target is absent, empty, or an earlier directory checkpoint; else why it is not one."""
+    """None when the target is absent, empty, or an earlier directory checkpoint; else why it is not one.
+
+    Concurrent saves may move the target away or delete the previous checkpoint's files while it is read: a name gone
+    by then is not held against it (the publishing rename, atomic, is what decides).
+    """
     st = place.lstat()
     if st is None:
         return None
     if not stat.S_ISDIR(st.st_mode):
         return "it is not a directory"
-    fd = os.open(place.name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=place.fd)
     try:
-        entries = os.listdir(fd)
-        foreign = sorted(
-            entry
-            for entry in entries
-            if not (entry in (METADATA, MARKER) or entry.endswith(".distcp"))
-            or not stat.S_ISREG(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode)
-        )
+        fd = os.open(place.name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=place.fd)
+    except FileNotFoundError:
+        return None  # moved away by a concurrent save since the lstat
+    except NotADirectoryError:
+        return "it is not a directory"
+    try:
+        foreign = sorted(entry for entry in os.listdir(fd) if not _checkpoint_entry(fd, entry))
     finally:
         os.close(fd)
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         return f"it holds {shown}, which a checkpoint does not"
     return None
+
+
+def _checkpoint_entry(dir_fd: int, entry: str) -> bool:
+    """True when ``entry`` is a file a directory checkpoint holds, or is gone (a concurrent save deleted it)."""
+    if not (entry in (METADATA, MARKER) or entry.endswith(".distcp")):
+        return False
+    try:
+        return stat.S_ISREG(os.stat(entry, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 def refuse_directory(place: Place, problem: str) -> CheckpointError:
@@ -582,7 +595,10 @@ def _fallback_rename_exchange(dir_fd: int, source: str, target: str) -> bool:
     except OSError as exc:
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
             raise
-        _remove(dir_fd, old)  # a concurrent save published a newer checkpoint into the gap: ours goes in next
+        try:
+            _remove(dir_fd, old)  # a concurrent save published a newer checkpoint into the gap: ours goes in next
+        except FileNotFoundError:
+            pass  # a concurrent save's cleanup deleted it first
         return False
     try:
         os.rename(old, source, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # where the caller deletes the previous checkpoint

@@ -621,6 +621,27 @@ def test_the_two_rename_fallback_recovers_a_crash_between_its_renames(tmp_path, 
     assert checkpoint_step(tmp_path / "c") == 2 and temps(tmp_path) == []
 
 
+def test_a_checkpoint_moved_or_emptied_by_a_concurrent_save_while_it_is_checked_is_not_refused(tmp_path, monkeypatch):
+    """Three savers of one path failed now and then with "No such file or directory (c)" or "(__0_0.distcp)": the check
+    that the target is an earlier checkpoint read it while another save moved it aside or deleted its files."""
+    ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 1}, tmp_path / "c")
+    with open_place(tmp_path / "c") as place:
+        seen = place.lstat()
+        (tmp_path / "c").rename(tmp_path / "elsewhere")  # another save moved it after this one's lstat
+        monkeypatch.setattr(place, "lstat", lambda name=None: seen)
+        assert publish.directory_problem(place) is None
+    (tmp_path / "elsewhere").rename(tmp_path / "c")
+    fd = os.open(tmp_path / "c", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert publish._checkpoint_entry(fd, "__0_0.distcp")  # listed, then deleted by the save that replaced it
+        assert not publish._checkpoint_entry(fd, "notes.txt")  # a name no checkpoint holds is still foreign
+    finally:
+        os.close(fd)
+    (tmp_path / "c" / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match=r"it holds notes\.txt, which a checkpoint does not"):
+        ad.checkpoint.save({"model": torch.nn.Linear(4, 4), "step": 2}, tmp_path / "c")
+
+
 CHECKPOINT_SAVER = """
 import sys, torch, anydevice as ad
 model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(8)])
