@@ -1,8 +1,10 @@
 """Worker: 5 AdamW steps of a model split by ad.distributed.parallelize, and the same steps unsplit in this process.
 
-argv: MODE (tp | fsdp+tp) TP MODEL (mlp | hf-llama | tied-mlp | hf-llama-tied) [PLAN: a JSON plan, default "auto"].
-Prints one JSON line per rank: the reference losses (unsplit, the whole batch, no process group), the parallel
-run's losses, for hf-llama the logits' max diff, and for the tied models whether the split model is still tied.
+argv: CASE [--and CASE ...], each CASE: MODE (tp | fsdp+tp) TP MODEL (mlp | hf-llama | tied-mlp | hf-llama-tied) [PLAN: a
+JSON plan, default "auto"]. Several cases run one after another in one launch (tests/distributed/test_tensor_parallel.py
+reads the 2-rank ones from one launch). Prints one JSON line per case and rank: the case's number, the reference losses
+(unsplit, the whole batch, no process group), the parallel run's losses, for hf-llama the logits' max diff, and for the
+tied models whether the split model is still tied.
 """
 
 from __future__ import annotations
@@ -73,9 +75,20 @@ def train(model: nn.Module, data: list[torch.Tensor], feed: Any) -> list[float]:
     return [float(v) for v in torch.stack(losses)]
 
 
-def main() -> None:
-    mode, tp, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    plan = json.loads(sys.argv[4]) if len(sys.argv) > 4 else "auto"
+def cases(argv: list[str]) -> list[list[str]]:
+    """The command line's cases: the arguments between ``--and`` separators."""
+    groups: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == "--and":
+            groups.append([])
+        else:
+            groups[-1].append(arg)
+    return groups
+
+
+def run_case(number: int, mode: str, tp_degree: str, kind: str, *rest: str) -> None:
+    tp = int(tp_degree)
+    plan = json.loads(rest[0]) if rest else "auto"
     base = build(kind)
     vocab = 32 if kind.endswith("mlp") else 64
     data = [torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(s)) for s in range(STEPS)]
@@ -96,6 +109,7 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "case": number,
                 "rank": ad.distributed.rank(),
                 "reference": ref_losses,
                 "losses": mean.tolist(),
@@ -107,6 +121,11 @@ def main() -> None:
         ),
         flush=True,
     )
+
+
+def main() -> None:
+    for number, case in enumerate(cases(sys.argv[1:])):
+        run_case(number, *case)
     ad.distributed.shutdown()
 
 
