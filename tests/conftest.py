@@ -11,7 +11,6 @@ import pytest
 
 from tests.long_marker import pytest_collection_modifyitems as mark_long_tests
 from tests.utils import CLEARED, TEST_PLUGINS
-from tests.xdist_grouping import pytest_xdist_make_scheduler  # noqa: F401  (a hook: pytest finds it here)
 
 QUICK_EXCLUDED = Path(__file__).with_name("quick_excluded.txt")
 """Tests measured over two seconds in a full run (``scripts/quick-list`` writes it): ``--quick`` leaves them out."""

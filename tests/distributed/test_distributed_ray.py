@@ -12,8 +12,6 @@ from anydevice.errors import DistributedError, UnknownDeviceError  # noqa: E402
 from anydevice.integrations import ray as ad_ray  # noqa: E402
 from anydevice.runtime.registry import reset_registry  # noqa: E402
 
-XDIST_GROUP = "ray"  # tests/xdist_grouping.py: one local Ray cluster at a time (they crowd each other out on 2 cores)
-
 
 @pytest.mark.parametrize(
     "device, resource, use_gpu",

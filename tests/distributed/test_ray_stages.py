@@ -13,8 +13,6 @@ pytest.importorskip("ray")
 from tests.serve.conftest import _install
 from tests.utils import REPO, run
 
-XDIST_GROUP = "ray"  # tests/xdist_grouping.py: one local Ray cluster at a time (they crowd each other out on 2 cores)
-
 WORKERS = Path(__file__).parent / "workers"
 
 

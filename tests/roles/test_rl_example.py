@@ -9,8 +9,6 @@ import pytest
 
 from tests.roles.rl_runs import assert_same_curves, run_rl
 
-XDIST_GROUP = "ray"  # tests/xdist_grouping.py: one local Ray cluster at a time (they crowd each other out on 2 cores)
-
 ITERATIONS = "4"
 
 
