@@ -48,7 +48,6 @@ and its lock) is left alone this long."""
 STALE_AFTER_S = 3600.0
 """Where locks do not work (``ENOLCK``), a temporary this old is stale."""
 
-_DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 _OURS = re.compile(r"^\..+\.anydevice-(?P<kind>tmp|old|new)\.(?P<token>[0-9a-f]{16})$")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -105,7 +104,7 @@ def naming(place: Place) -> Iterator[None]:
 def _open_directory(dir_fd: int) -> int | None:
     """A new open file description of the directory ``dir_fd`` (``flock`` locks belong to one), or None."""
     try:
-        return os.open(".", _DIRECTORY | _CLOEXEC, dir_fd=dir_fd)
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
 
