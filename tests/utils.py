@@ -30,11 +30,14 @@ CLEARED = (
 )
 
 
-ONE_THREAD = {"OMP_NUM_THREADS": "1"}
-"""A child's default unless the runner's environment or ``extra`` sets it: one intra-op thread. On the shared
-2-core machine a child using both cores waits on the other processes at every parallel region: the main job's
-50 steps took 70-129 s with torch's default threads, 6-8 s with one (docs/benchmarks.md). The numbers a test
-compares come from the same code on both sides; ``anydevice run -n N`` already gives its ranks one thread."""
+CHILD_DEFAULTS = {"OMP_NUM_THREADS": "1", "RAY_worker_niceness": "0"}
+"""A child's defaults unless the runner's environment or ``extra`` sets them, for a machine the suite shares:
+- one intra-op thread: on the 2-core machine a child using both cores waits on the other processes at every
+  parallel region: the main job's 50 steps took 70-129 s with torch's default threads, 6-8 s with one
+  (docs/benchmarks.md). The numbers a test compares come from the same code on both sides; ``anydevice run
+  -n N`` already gives its ranks one thread.
+- Ray's workers at the suite's priority: Ray renices them to 15 by default, and beside the other tests' busy
+  workers a Ray task then gets ~3% of a core (the three-stage Ray test took 331 s in CI, 21 s alone)."""
 
 
 def free_port() -> int:
@@ -45,8 +48,8 @@ def free_port() -> int:
 
 
 def child_env(extra: Mapping[str, str] | None = None, pythonpath: Path | None = None) -> dict[str, str]:
-    """The environment of a child process: ours without selection variables (one thread unless set), plus ``extra``."""
-    env = {**ONE_THREAD, **{k: v for k, v in os.environ.items() if k not in CLEARED}}
+    """The environment of a child process: ours without selection variables (``CHILD_DEFAULTS`` unless set), plus ``extra``."""
+    env = {**CHILD_DEFAULTS, **{k: v for k, v in os.environ.items() if k not in CLEARED}}
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
     env.update(extra or {})

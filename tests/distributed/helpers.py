@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.utils import CLEARED, REPO, TRAIN
+from tests.utils import CHILD_DEFAULTS, CLEARED, REPO, TRAIN
 
 WORKERS = Path(__file__).parent / "workers"
 __all__ = ["REPO", "TRAIN", "WORKERS", "Result", "anydevice_run", "python"]
@@ -33,7 +33,7 @@ class Result:
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in CLEARED and not k.startswith("TORCHELASTIC_")}
+    env = {**CHILD_DEFAULTS, **{k: v for k, v in os.environ.items() if k not in CLEARED and not k.startswith("TORCHELASTIC_")}}
     env.pop("PYTHONUNBUFFERED", None)  # buffered stdout: each JSON line leaves in one write, not interleaved
     env.update(ANYDEVICE="cpu", OMP_NUM_THREADS="1", ANYDEVICE_QUIET="1")
     env.update(extra)

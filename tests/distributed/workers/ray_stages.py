@@ -8,6 +8,7 @@ Prints one JSON line: what each stage's workers selected.
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import ray
@@ -42,6 +43,13 @@ class Inference:
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
+    started = time.perf_counter()
+    seconds: dict[str, float] = {}
+
+    def lap(phase: str) -> None:
+        seconds[phase] = round(time.perf_counter() - started - sum(seconds.values()), 1)
+        print(f"[ray_stages] {phase} {seconds[phase]} s", file=sys.stderr, flush=True)
+
     ray.init(
         address="local",
         include_dashboard=False,
@@ -50,8 +58,10 @@ if __name__ == "__main__":
         _node_ip_address="127.0.0.1",
         configure_logging=False,
     )
+    lap("init")
     try:
         rows = ray.data.range(4, override_num_blocks=2).map_batches(preprocess, batch_format="numpy", **stage("cpu")).take_all()
+        lap("data")
         fit = trainer(
             train_loop,
             num_workers=1,
@@ -59,8 +69,10 @@ if __name__ == "__main__":
             train_loop_config={"out": str(out)},
             run=RunConfig(name="stages", storage_path=str(out / "ray_results")),
         ).fit()
+        lap("train")
         pool = ActorPool([ray.remote(**stage("cpu"))(Inference).remote() for _ in range(2)])
         served = list(pool.map(lambda actor, i: actor.report.remote(i), range(2)))
+        lap("pool")
         print(
             json.dumps(
                 {
@@ -68,6 +80,7 @@ if __name__ == "__main__":
                     "train": json.loads((out / "train.json").read_text()) if fit.error is None else str(fit.error),
                     "pool": sorted({(r["device"], r["ANYDEVICE"]) for r in served}),
                     "asked": {"data": stage("cpu").get("resources"), "train": stage("toy").get("resources")},
+                    "seconds": seconds,
                 }
             ),
             flush=True,
