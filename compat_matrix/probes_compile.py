@@ -128,23 +128,28 @@ def compile_probe(build: Callable[[], Step]) -> Callable[[ProbeContext], None]:
                 where = f" (at {answer.error_line})" if answer.error_line else ""
                 raise CompilerRefused(f"{answer.compiler}: {answer.error}{where}")
             if answer.fits is False:
-                raise CompilerRefused(f"{answer.compiler}: compiled, will not fit: {answer.error}")
+                # an out-of-memory refusal carries the compiler's line; a compile over the slice's capacity, the figures
+                raise CompilerRefused(f"{answer.compiler}: compiled, will not fit: {answer.error or _memory(answer)}")
 
     return probe
 
 
 def _summary(answer: Any) -> str:
     """One line of a compiled answer: slice, mesh, per-chip bytes against capacity, collectives, seconds."""
-    gib = 2**30
-    total, capacity = answer.per_chip_bytes.get("total"), answer.capacity_bytes
-    memory = f"{total / gib:.3f} GiB per chip" if total is not None else "no memory figures"
-    memory += f" of {capacity / gib:.2f}" if capacity else ""
     collectives = ", ".join(f"{n} {name}" for name, n in sorted(answer.collectives.items())) or "no collectives"
     verdict = "fits" if answer.fits else "will not fit" if answer.fits is False else "no verdict"
     return (
-        f"{answer.target} ({answer.topology}, {answer.counting}), mesh {answer.mesh}: {verdict}, {memory}; "
+        f"{answer.target} ({answer.topology}, {answer.counting}), mesh {answer.mesh}: {verdict}, {_memory(answer)}; "
         f"{collectives}; {answer.seconds:.1f} s ({answer.compiler})"
     )
+
+
+def _memory(answer: Any) -> str:
+    """The per-chip bytes against the slice's capacity, in GiB."""
+    gib = 2**30
+    total, capacity = answer.per_chip_bytes.get("total"), answer.capacity_bytes
+    memory = f"{total / gib:.3f} GiB per chip" if total is not None else "no memory figures"
+    return memory + (f" of {capacity / gib:.2f}" if capacity else "")
 
 
 def _probe(name: str, build: Callable[[], Step], description: str) -> Probe:

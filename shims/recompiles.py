@@ -229,7 +229,9 @@ class RecompileWatch:
         if where is None:
             warnings.warn(text, RecompileWarning, stacklevel=2)
         else:
-            warnings.warn_explicit(text, RecompileWarning, where[0], where[1], module="anydevice.recompiles")
+            warnings.warn_explicit(
+                text, RecompileWarning, where[0], where[1], module=__name__
+            )  # filterwarnings(module=...) matches it
 
     def cause(self) -> str:
         """What changed at the compiling steps: new input shapes (before -> after), or the same shapes."""

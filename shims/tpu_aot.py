@@ -236,8 +236,9 @@ def _failed(result: dict[str, Any], exc: BaseException, per_chip: int) -> dict[s
         result["capacity_bytes"] = int(float(oom.group(3)) * _UNITS[oom.group(4)]) * per_chip
     else:
         op = re.search(r"(aten::?\.?[\w.]+|aten\.[\w.]+)", text)
-        first = text.splitlines()[0] if text else type(exc).__name__
-        result["error"] = f"{type(exc).__name__}: {first}" + (f" (op {op.group(1)})" if op and op.group(1) not in first else "")
+        first = text.splitlines()[0] if text else ""
+        said = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        result["error"] = said + (f" (op {op.group(1)})" if op and op.group(1) not in first else "")
         result["error_line"] = _user_line(exc)
     return result
 
@@ -247,9 +248,14 @@ def _user_line(exc: BaseException) -> str | None:
     import anydevice.errors
 
     ours = (Path(__file__).resolve().parent, Path(anydevice.errors.__file__).resolve().parent)  # shims/ and anydevice/
-    skip = ("site-packages", "dist-packages", *map(str, ours))
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not any(s in f.filename for s in skip)]
-    frames = [f for f in frames if not f.filename.startswith("<")]
+
+    def users(filename: str) -> bool:  # by path components: /work/anydevice_examples/x.py is the user's
+        if filename.startswith("<"):
+            return False
+        path = Path(filename).resolve()
+        return not {"site-packages", "dist-packages"} & set(path.parts) and not any(path.is_relative_to(d) for d in ours)
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if users(f.filename)]
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
 
 

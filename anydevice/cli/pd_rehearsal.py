@@ -186,8 +186,8 @@ def rehearse(
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for name, command in commands.items():
-            log = (logs / f"{name}.log").open("wb")
-            processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            with (logs / f"{name}.log").open("wb") as log:  # the server keeps its own copy of the file
+                processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         for name, process in processes.items():
             _wait(f"{url[name]}/health", process, ready_timeout)
         pairs = [
