@@ -78,11 +78,24 @@ def test_environment_variable_alone_runs_an_unmodified_script(tmp_path: Path) ->
     assert calls["GradScaler('cuda')"] == "redirected" and calls["Tensor.cuda()"] == "redirected"
 
 
+GLOO_EXIT_ABORT = "terminate called without an active exception"
+"""torch >= 2.13's gloo teardown at the exit of a process whose DDP model outlives its group (docs/distributed.md,
+``shutdown()``): the by-hand script with no anydevice in it ends so too. A 15-line mp.spawn + gloo + DDP script
+of plain torch aborted at exit in 9 of 25 runs on torch 2.13, 2 of 6 on 2.15, 0 of 12 on 2.9."""
+
+
+def assert_spawned_ranks_ended_well(run: Result) -> None:
+    """Exit status 0, or torch's own gloo abort at exit after every rank printed its result (nothing else)."""
+    if run.returncode != 0:
+        assert GLOO_EXIT_ABORT in run.stderr and sorted(run.by_rank()) == [0, 1], run.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_mp_spawn_children_are_redirected_too() -> None:
     compat = python(SCRIPTS / "loader_cuda.py", "--spawn=2", f"--port={free_port()}", ANYDEVICE_CUDA_COMPAT="1", timeout=300)
     by_hand = python(SCRIPTS / "loader_port.py", "--device=cpu", "--spawn=2", f"--port={free_port()}", timeout=300)
-    assert compat.returncode == 0, compat.stderr[-3000:]
+    assert_spawned_ranks_ended_well(compat)
+    assert_spawned_ranks_ended_well(by_hand)
     got, want = compat.by_rank(), by_hand.by_rank()
     assert sorted(got) == [0, 1]
     for rank in (0, 1):
