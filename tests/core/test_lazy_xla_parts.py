@@ -43,7 +43,8 @@ TPU = XlaVendor(name="tpu", pjrt_device="TPU", chip=lambda: "TPU v5e", peak_tflo
 
 @pytest.fixture
 def no_pjrt(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    monkeypatch.setenv("PJRT_DEVICE", "")  # recorded: what the code under test sets is undone after the test
+    monkeypatch.delenv("PJRT_DEVICE")  # (a delenv of an unset name records nothing, and PJRT_DEVICE=TPU leaked)
 
 
 # --- torch versions and PJRT_DEVICE --------------------------------------------------------------------------------

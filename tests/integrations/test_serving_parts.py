@@ -357,7 +357,8 @@ def test_an_unservable_selection_gives_sglang_the_refusing_platform_once(
 
 
 def test_the_cpu_engine_switch_is_set_while_sglang_has_not_read_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SGLANG_USE_CPU_ENGINE", raising=False)
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "")  # recorded, so that what _cpu_engine sets is undone after the test
+    monkeypatch.delenv("SGLANG_USE_CPU_ENGINE")
     sglang._cpu_engine()
     assert os.environ["SGLANG_USE_CPU_ENGINE"] == "1"
     sglang._cpu_engine()  # already on: nothing to do
