@@ -209,6 +209,8 @@ def test_an_unrecognised_loss_sums_every_floating_output_and_skips_integer_ones(
 
 def test_a_removed_named_tensor_overload_reads_as_a_placeholder_only_inside_the_block() -> None:
     prod = torch.ops.aten.prod
+    if hasattr(prod, "dim_Dimname"):
+        pytest.skip(f"torch {torch.__version__} still has aten::prod.dim_Dimname (removed in 2.13)")
     with pytest.raises(AttributeError):
         getattr(prod, "dim_Dimname")  # removed in torch 2.13 (torchax 0.0.13 still names it)
     with tpu_aot._tolerate_removed_overloads():

@@ -18,7 +18,7 @@ import torch
 from anydevice.errors import UnsupportedFeatureError
 from anydevice.shims import xla_profiler
 from anydevice.shims.lazy_xla import XlaVendor
-from anydevice.shims.xla_profiler import XPROF, XlaProfiling, _StepTracer, sync_step
+from anydevice.shims.xla_profiler import XPROF, XlaProfiling, sync_step
 
 needs_no_torch_xla = pytest.mark.skipif(find_spec("torch_xla") is not None, reason="torch_xla is installed here (the xla lane)")
 
@@ -48,12 +48,6 @@ def test_options_torch_xla_lacks_are_refused_by_name_before_anything_is_written(
     assert caught.value.message == "torch_xla's profiler has no option record_shapes, with_stack."
     assert "Supported: wait, warmup, active" in str(caught.value) and "port" in str(caught.value)
     assert not directory.exists()
-
-
-def test_the_step_schedule_skips_wait_plus_warmup_steps_before_recording(tmp_path: Path) -> None:
-    tracer = _StepTracer(tmp_path, wait=3, active=2)
-    assert (tracer.wait, tracer.active, tracer.steps) == (3, 2, 0)
-    assert not tracer.recording and not tracer.done
 
 
 @needs_no_torch_xla
