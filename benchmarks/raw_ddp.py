@@ -64,7 +64,9 @@ def main() -> None:
         "tokens_per_s": (args.steps - 1) * 16 * 64 / (t_end - t_timed),
         "last_loss": float(loss),
     }
-    print(json.dumps(record), flush=True)
+    # one write: both ranks share the launcher's pipe, and an unbuffered print() (PYTHONUNBUFFERED) writes the
+    # newline apart, so two ranks' records could meet on one line
+    os.write(1, (json.dumps(record) + "\n").encode())
     dist.destroy_process_group()
 
 
