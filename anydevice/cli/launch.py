@@ -45,6 +45,7 @@ import faulthandler
 import functools
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -124,6 +125,24 @@ def _rendezvous(spec: LaunchSpec) -> tuple[str, str, dict[str, Any], str | None]
     return "c10d", spec.rdzv_endpoint, {}, None
 
 
+def first_failure(failures: Mapping[int, Any]) -> tuple[int, Any]:
+    """The rank that failed first, and its ``ProcessFailure``.
+
+    torch elastic orders failures by their error files' timestamps, in whole seconds, and a tie goes to the lowest
+    rank: a rank 0 that failed because rank 1 crashed in the same second was named as the failed rank. The error
+    files' modification times (nanoseconds) break the tie; a failure without a file (a signal) comes after those
+    with one in its second.
+    """
+
+    def when(item: tuple[int, Any]) -> tuple[int, float]:
+        try:
+            return item[1].timestamp, os.stat(item[1].error_file).st_mtime_ns
+        except (OSError, TypeError, ValueError):
+            return item[1].timestamp, math.inf
+
+    return min(failures.items(), key=when)
+
+
 def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Sequence[Any], start_method: str) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -149,7 +168,8 @@ def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Seque
         except SignalException as exc:
             return _interrupted(signal.Signals(exc.sigval))
         except ChildFailedError as exc:
-            rank, failure = exc.get_first_failure()
+            rank, failure = first_failure(exc.failures)
+            exc.__dict__["get_first_failure"] = lambda: (rank, failure)  # torch's "Root Cause" below names the same rank
             if all(f.exitcode in (lifeline.INTERRUPTED, -signal.SIGINT) for f in exc.failures.values()):
                 return _interrupted(signal.SIGINT)  # Ctrl-C reached the ranks before the launcher
             sys.stderr.write(str(exc.format_msg()) + "\n")  # type: ignore[no-untyped-call]  # torch elastic's format_msg is untyped
