@@ -115,3 +115,12 @@ TINY_LLAMA_AUTO = (
     "print(sorted({str(p.device) for p in m.parameters()}))\n"
 )
 """A script: save a random tiny Llama to argv[1], load it with ``device_map="auto"``, print where its parameters are."""
+
+
+def metadata_only_distribution(site: Path, name: str, version: str, entry_points: str) -> Path:
+    """``name version`` installed in ``site`` as metadata only: a ``.dist-info`` with its METADATA and entry points."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return info

@@ -18,6 +18,7 @@ from anydevice.contract.diagnosis import Check, DoctorContext
 from anydevice.integrations import _serving
 from anydevice.integrations._serving import SGLANG, VLLM, Engine
 from anydevice.runtime.registry import get_registry
+from tests.utils import metadata_only_distribution
 
 
 def context(requested: str = "auto", selected: str | None = "cpu") -> DoctorContext:
@@ -46,12 +47,8 @@ def engine_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def vendor_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
     """An engine whose platform group holds anydevice's plugin and two vendors' (``example-vendor 1.0``, metadata only)."""
     group = "anydevice.tests.doctor_platforms"
-    info = tmp_path / "example_vendor-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: example-vendor\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        f"[{group}]\nanydevice = example_vendor:ours\ncpu = example_vendor:cpu\nmetal = example_vendor:metal\n"
-    )
+    entry_points = f"[{group}]\nanydevice = example_vendor:ours\ncpu = example_vendor:cpu\nmetal = example_vendor:metal\n"
+    metadata_only_distribution(tmp_path, "example-vendor", "1.0", entry_points)
     monkeypatch.syspath_prepend(str(tmp_path))
     return Engine("probe", ("no-such-distribution",), group)
 

@@ -20,6 +20,7 @@ import pytest
 from anydevice.errors import AnyDeviceError, DeviceUnavailableError, UnknownDeviceError
 from anydevice.integrations import _serving, sglang
 from anydevice.integrations._serving import SGLANG, VLLM, Decision, Engine
+from tests.utils import metadata_only_distribution
 
 GROUP = "anydevice.tests.platforms"
 """The made-up entry-point group the test vendor plugins are installed in."""
@@ -47,12 +48,8 @@ def vendor_breaks() -> str:
 @pytest.fixture
 def vendor_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``example-vendor 1.0`` installed (metadata only): entry point ``cpu`` in :data:`GROUP` and :data:`QUIET_GROUP`."""
-    info = tmp_path / "example_vendor-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: example-vendor\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        f"[{GROUP}]\ncpu = {__name__}:vendor_cpu_platform\n[{QUIET_GROUP}]\ncpu = {__name__}:vendor_finds_nothing\n"
-    )
+    entry_points = f"[{GROUP}]\ncpu = {__name__}:vendor_cpu_platform\n[{QUIET_GROUP}]\ncpu = {__name__}:vendor_finds_nothing\n"
+    metadata_only_distribution(tmp_path, "example-vendor", "1.0", entry_points)
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
 
