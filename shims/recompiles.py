@@ -229,9 +229,8 @@ class RecompileWatch:
         if where is None:
             warnings.warn(text, RecompileWarning, stacklevel=2)
         else:
-            warnings.warn_explicit(
-                text, RecompileWarning, where[0], where[1], module=__name__
-            )  # filterwarnings(module=...) matches it
+            # module: this module's own name, the one warnings.filterwarnings(module=...) is given
+            warnings.warn_explicit(text, RecompileWarning, where[0], where[1], module=__name__)
 
     def cause(self) -> str:
         """What changed at the compiling steps: new input shapes (before -> after), or the same shapes."""
