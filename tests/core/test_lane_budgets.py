@@ -113,6 +113,22 @@ def test_a_lane_over_its_budget_and_a_test_over_the_ceiling_fail_naming_lane_tim
     assert re.search(r"^tight +passed +3 ", proc.stdout.split("=== lanes\n")[1], re.M)
 
 
+def test_every_side_lane_runs_once_when_both_queues_take_them(tmp_path: Path) -> None:
+    """The side queue starts at once; the main queue, once done, takes the side lanes left two at a time."""
+    fast = "tests/test_fast.py -p tests.long_marker -p no:cacheprovider"
+    sides = [f"side{n}" for n in range(5)]
+    table = "\n".join([f"fast main 60 - cpu {fast}", *(f"{name} side 60 - cpu {fast}" for name in sides)])
+    repo, env = _fake_repo(tmp_path, table)
+    proc = _run(repo, env, " ".join(["fast", *sides]))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for lane in ["fast", *sides]:
+        assert proc.stdout.count(f"=== lane: {lane} ") == 1, proc.stdout  # each lane's output printed once
+        assert json.loads((repo / "compat_matrix" / "lanes" / f"{lane}.json").read_text())["counts"]["passed"] == 1
+    # each lane's CPU time, and the run's, from the shells' ended children
+    assert len(re.findall(r"lane \w+: passed in \d+ s \(\d+ CPU-s in its tests\)", proc.stdout + proc.stderr)) == 6
+    assert re.search(r"=== all lanes passed \(\d+ s, \d+ CPU-s\)", proc.stdout)
+
+
 def test_a_long_mark_without_a_reason_is_refused(tmp_path: Path) -> None:
     (tmp_path / "test_x.py").write_text("import pytest\n@pytest.mark.long\ndef test_a():\n    pass\n")
     proc = subprocess.run(
