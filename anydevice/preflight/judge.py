@@ -14,8 +14,18 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from anydevice.contract.check_facts import CheckFacts
-from anydevice.preflight.observe import DATA_DEPENDENT, MASKED
-from anydevice.preflight.schema import HOST_READ, Finding, Observation, OpStatus, OpVerdict, Severity, TargetReport, Verdict
+from anydevice.preflight.schema import (
+    DATA_DEPENDENT,
+    HOST_READ,
+    MASKED,
+    Finding,
+    Observation,
+    OpStatus,
+    OpVerdict,
+    Severity,
+    TargetReport,
+    Verdict,
+)
 from anydevice.preflight.topology import collective_findings, mesh_findings, world_findings
 
 T = TypeVar("T")

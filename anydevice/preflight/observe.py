@@ -16,7 +16,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from anydevice.preflight.schema import (
-    HOST_READ,
+    DATA_DEPENDENT,
+    MASKED,
     Capture,
     CollectiveUse,
     CudaCall,
@@ -29,22 +30,7 @@ from anydevice.preflight.schema import (
 )
 from anydevice.runtime.strict import user_line
 
-DATA_DEPENDENT = frozenset(
-    {
-        "aten::nonzero",
-        HOST_READ,
-        "aten::masked_select",
-        "aten::_unique2",
-        "aten::unique_dim",
-        "aten::unique_consecutive",
-        "aten::repeat_interleave.Tensor",
-    }
-)
-"""Ops whose output shape or Python value depends on tensor data: a host read or a data-dependent shape."""
 MASK_INDEX = "aten::index.Tensor"
-MASKED = "aten::index.Tensor (boolean mask)"
-"""Indexing by a boolean mask (``h[h > 0]``) runs as this op: an implicit ``nonzero``, its output size data-dependent.
-Reported in ``data_dependent`` as :data:`MASKED` (the op itself, with other indices, has a static shape)."""
 
 
 def _has_mask(args: Any) -> bool:

@@ -18,6 +18,21 @@ OpStatus = Literal["native", "cpu_fallback", "unsupported", "unknown"]
 
 HOST_READ = "aten::_local_scalar_dense"
 """The op that reads a device value to the host (``.item()``, ``float(t)``, a Python branch on a tensor)."""
+DATA_DEPENDENT = frozenset(
+    {
+        "aten::nonzero",
+        HOST_READ,
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::repeat_interleave.Tensor",
+    }
+)
+"""Ops whose output shape or Python value depends on tensor data: a host read or a data-dependent shape."""
+MASKED = "aten::index.Tensor (boolean mask)"
+"""Indexing by a boolean mask (``h[h > 0]``) runs as this op: an implicit ``nonzero``, its output size data-dependent.
+Reported in ``data_dependent`` as :data:`MASKED` (the op itself, with other indices, has a static shape)."""
 
 
 class _Model(BaseModel):

@@ -33,6 +33,17 @@ def test_selecting_cpu_imports_no_vendor_module() -> None:
     assert not {"torch_xla", "torch_tpu", "torch_neuronx"} & set(loaded)
 
 
+def test_what_the_check_command_judges_with_imports_no_torch() -> None:
+    """``anydevice check``'s own process judges the targets; only the script's child imports torch (1 s saved a run)."""
+    code = (
+        "import anydevice.cli.check, anydevice.cli.rank_start, anydevice.preflight.compiled, anydevice.preflight.judge\n"
+        "import anydevice.preflight.runner_protocol, anydevice.preflight.text, anydevice.preflight.topology\n"
+        "from anydevice.preflight import report, targets_of"
+    )
+    heavy = (set(HEAVY) - {"pydantic"}) & set(_imported_after(code))  # pydantic: the report's schema
+    assert not heavy, heavy
+
+
 def test_import_has_no_side_effects_on_the_environment() -> None:
     code = "import os\nbefore = dict(os.environ)\nimport anydevice\nassert dict(os.environ) == before"
     assert python("-c", code).returncode == 0
