@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.long_marker import pytest_collection_modifyitems as mark_long_tests
-from tests.utils import CLEARED, TEST_PLUGINS
+from tests.utils import CLEARED, TEST_PLUGINS, pip_site
 
 QUICK_EXCLUDED = Path(__file__).with_name("quick_excluded.txt")
 """Tests measured over two seconds in a full run (``scripts/quick-list`` writes it): ``--quick`` leaves them out."""
@@ -72,22 +70,5 @@ def clean_anydevice(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test plugin packages (tests/plugins/*), pip-installed for real into a target directory.
-
-    Put it on PYTHONPATH to make their entry points visible; the test venv itself stays untouched.
-    """
-    target = tmp_path_factory.mktemp("plugin-site")
-    build = tmp_path_factory.mktemp("plugin-build")
-    sources = []
-    for pkg in sorted(TEST_PLUGINS.iterdir()):
-        if (pkg / "pyproject.toml").exists():
-            copy = build / pkg.name  # build from a copy: no build/ or egg-info litter in the repo
-            subprocess.run(["cp", "-r", str(pkg), str(copy)], check=True)
-            sources.append(str(copy))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), *sources],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return target
+    """The test plugin packages (tests/plugins/*), pip-installed for real into a target directory (``pip_site``)."""
+    return pip_site("plugins", sorted(p for p in TEST_PLUGINS.iterdir() if (p / "pyproject.toml").exists()), tmp_path_factory)

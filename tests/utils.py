@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_PLUGINS = REPO / "tests" / "plugins"
@@ -124,3 +131,32 @@ def metadata_only_distribution(site: Path, name: str, version: str, entry_points
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     (info / "entry_points.txt").write_text(entry_points)
     return info
+
+
+def pip_site(name: str, packages: Sequence[Path], factory: pytest.TempPathFactory) -> Path:
+    """``packages`` (source folders) pip-installed for real into a target directory named ``site-<name>``.
+
+    Put it on PYTHONPATH to make their entry points visible; the test venv itself stays untouched. Built from
+    copies (no build/ or egg-info litter in the repo), once a run: pytest-xdist's workers share the run's folder,
+    and the first to ask builds it under a lock while the others wait.
+    """
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    target, done = root / f"site-{name}", root / f"site-{name}.done"
+    with open(root / f"site-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(target, ignore_errors=True)  # a build that failed half-way
+            build = Path(tempfile.mkdtemp(prefix=f"site-{name}-build-", dir=root))
+            for package in packages:
+                shutil.copytree(package, build / package.name)
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target)]
+                + [str(build / package.name) for package in packages],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            done.touch()
+    return target

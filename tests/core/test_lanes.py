@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 
 from tests.utils import REPO
@@ -36,3 +37,22 @@ def test_an_unknown_lane_is_refused_before_anything_runs() -> None:
         ["scripts/test"], env={"LANES": "nope", "PATH": "/usr/bin:/bin"}, cwd=REPO, capture_output=True, text=True
     )
     assert proc.returncode == 2 and "no such lane: nope" in proc.stderr and "core-torch2.15" in proc.stderr
+
+
+def test_a_lane_selected_by_one_mark_collects_the_folders_that_hold_every_test_with_it() -> None:
+    """Such a lane names its folders (its pytest imports no other test module): a test with its mark elsewhere would
+    silently never run, so each file that applies the mark must lie under one of them."""
+    checked = set()
+    for lane, line in lane_table().items():
+        args = shlex.split(line.split(None, 5)[5])
+        if args[:1] != ["-m"] or not re.fullmatch(r"\w+", args[1]):
+            continue  # main and the core lanes select by an expression: they collect their folders whole
+        mark, folders = args[1], [REPO / arg for arg in args[2:] if not arg.startswith("-")]
+        if not folders:
+            continue  # xla: its tests are spread over the suite, which its pytest collects whole
+        marked = {path for path in (REPO / "tests").rglob("*.py") if re.search(rf"mark\.{mark}\b", path.read_text())}
+        assert marked, f"no test file applies the mark {mark} of lane {lane}"
+        outside = [str(p.relative_to(REPO)) for p in marked if not any(p == f or f in p.parents for f in folders)]
+        assert not outside, f"lane {lane} collects {args[2:]} only; these files mark tests {mark} elsewhere: {outside}"
+        checked.add(lane)
+    assert {"tpu-check", "serve", "litert", "tpu", "titan", "verl"} <= checked

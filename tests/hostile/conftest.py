@@ -7,34 +7,20 @@ import and registration) get their own site, so only the tests about them pay th
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.hostile.other_user import make_shared
+from tests.utils import pip_site
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 
 
 def install(packages: list[str], factory: pytest.TempPathFactory, name: str) -> Path:
-    """pip-install ``packages`` (folders under tests/hostile/plugins) into a fresh target directory."""
-    target, build = factory.mktemp(name), factory.mktemp(f"{name}-build")
-    sources = []
-    for package in packages:
-        copy = build / package  # build from a copy: no build/ or egg-info litter in the repo
-        shutil.copytree(PLUGINS / package, copy)
-        sources.append(str(copy))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), *sources],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return target
+    """pip-install ``packages`` (folders under tests/hostile/plugins) into a target directory of their own."""
+    return pip_site(name, [PLUGINS / package for package in packages], factory)
 
 
 @pytest.fixture(scope="session")
