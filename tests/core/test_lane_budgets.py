@@ -114,7 +114,7 @@ def test_a_lane_over_its_budget_and_a_test_over_the_ceiling_fail_naming_lane_tim
 
 
 def test_every_side_lane_runs_once_when_both_queues_take_them(tmp_path: Path) -> None:
-    """The side queue starts at once; the main queue, once done, takes the side lanes left two at a time."""
+    """The side queue starts at once; the main queue, once done, takes the side lanes it has not started."""
     fast = "tests/test_fast.py -p tests.long_marker -p no:cacheprovider"
     sides = [f"side{n}" for n in range(5)]
     table = "\n".join([f"fast main 60 - cpu {fast}", *(f"{name} side 60 - cpu {fast}" for name in sides)])
