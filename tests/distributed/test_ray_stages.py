@@ -10,8 +10,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from tests.serve.conftest import _install
-from tests.utils import REPO, run
+from tests.utils import REPO, pip_site, run
 
 WORKERS = Path(__file__).parent / "workers"
 
@@ -30,8 +29,10 @@ def test_a_stage_asks_for_its_device_and_carries_its_selection(monkeypatch: pyte
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_three_stages_on_a_local_cluster_each_select_their_device(tmp_path: Path) -> None:
-    site = _install(tmp_path / "site", tmp_path, [REPO / "tests" / "plugins" / "anydevice_toydevice"])
+def test_three_stages_on_a_local_cluster_each_select_their_device(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    site = pip_site("toy", [REPO / "tests" / "plugins" / "anydevice_toydevice"], tmp_path_factory)
     out = tmp_path / "out"
     out.mkdir()
     env = {"ANYDEVICE": "cpu", "ANYDEVICE_QUIET": "1"}  # Ray's workers at the suite's priority: tests.utils.CHILD_DEFAULTS

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import SERVE_PLUGINS, _install
-from tests.utils import python
+from tests.serve.conftest import SERVE_PLUGINS
+from tests.utils import pip_site, python
 
 pytestmark = [
     pytest.mark.tpu_lane,
@@ -41,9 +41,7 @@ print(json.dumps({"device": d.device, "platform": d.platform, "why": d.why, "err
 
 @pytest.fixture(scope="module")
 def torchtpu_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _install(
-        tmp_path_factory.mktemp("torchtpu-site"), tmp_path_factory.mktemp("torchtpu-build"), [SERVE_PLUGINS / "torchtpu_standin"]
-    )
+    return pip_site("torchtpu", [SERVE_PLUGINS / "torchtpu_standin"], tmp_path_factory)
 
 
 def _decide(tmp_path: Path, site: Path | None, selection: str = "tpu") -> tuple[dict[str, object], list[str]]:
