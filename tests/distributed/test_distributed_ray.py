@@ -6,7 +6,8 @@ import pytest
 
 from tests.distributed.helpers import WORKERS, python
 
-ray_train = pytest.importorskip("ray.train", reason="the 'ray' extra is not installed")
+# ImportError too: Ray without its train extra (the verl lane's venv) raises it, not ModuleNotFoundError
+ray_train = pytest.importorskip("ray.train", reason="the 'ray' extra is not installed", exc_type=ImportError)
 
 from anydevice.errors import DistributedError, UnknownDeviceError  # noqa: E402
 from anydevice.integrations import ray as ad_ray  # noqa: E402
