@@ -79,10 +79,10 @@ def test_llama3_debug_model_trains_on_the_selected_device(tmp_path: Path) -> Non
 
 
 def test_llama3_debug_model_trains_on_two_ranks_through_anydevice_run_m(tmp_path: Path) -> None:
-    """`anydevice run -n 2 -m anydevice.integrations.torchtitan`: FSDP over gloo (no PREMUL_SUM), 3 steps."""
+    """`anydevice run -n 2 -m anydevice.integrations.torchtitan`: FSDP over gloo (no PREMUL_SUM), 6 steps."""
     pytest.importorskip("torchtitan", reason="the titan lane (requirements/titan.txt) has torchtitan")
     tok_dir, data_dir = make_assets(tmp_path)
-    steps = 3
+    steps = 6  # 3 were too few to show learning: the loss rose at step 2 in most runs and at step 3 in one of ~6
     cmd = [
         sys.executable, "-c", "import sys; del sys.path[0]; from anydevice.cli import main; sys.exit(main())",
         "run", "-n", "2", "-m", "anydevice.integrations.torchtitan",
@@ -106,7 +106,7 @@ def test_llama3_debug_model_trains_on_two_ranks_through_anydevice_run_m(tmp_path
     losses = {s: v for s, v in found}
     values = [losses[s] for s in sorted(losses)]
     assert all(math.isfinite(v) for v in values)
-    assert values[-1] < values[0]  # it learns (a real run: 8.12 -> 8.00 in 3 steps)
+    assert min(values[-2:]) < values[0] - 0.2  # it learns (three runs here: 8.17 -> 7.82, 8.08 -> 7.68, 8.18 -> 7.70)
 
 
 REBIND = """
