@@ -138,15 +138,19 @@ def pip_site(name: str, packages: Sequence[Path], factory: pytest.TempPathFactor
 
     Put it on PYTHONPATH to make their entry points visible; the test venv itself stays untouched. Built from
     copies (no build/ or egg-info litter in the repo), once a run: pytest-xdist's workers share the run's folder,
-    and the first to ask builds it under a lock while the others wait.
+    and the first to ask builds it under a lock while the others wait. A name stands for one list of packages:
+    asking for it with another list fails.
     """
     root = factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the run's folder, above each worker's own
     target, done = root / f"site-{name}", root / f"site-{name}.done"
+    holds = "\n".join(str(package) for package in packages)
     with open(root / f"site-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
+        if done.exists():
+            assert done.read_text() == holds, f"site {name!r} was built from other packages: {done.read_text()}"
+        else:
             shutil.rmtree(target, ignore_errors=True)  # a build that failed half-way
             build = Path(tempfile.mkdtemp(prefix=f"site-{name}-build-", dir=root))
             for package in packages:
@@ -158,5 +162,5 @@ def pip_site(name: str, packages: Sequence[Path], factory: pytest.TempPathFactor
                 capture_output=True,
                 text=True,
             )
-            done.touch()
+            done.write_text(holds)
     return target
