@@ -1,8 +1,9 @@
 """Run the probe suite in worker subprocesses and assemble the :class:`Run`.
 
 Probes run in batches in one worker; a probe that crashes the worker or outlives its time limit
-is recorded as failed and a fresh worker picks up the remaining probes. The runner itself never
-imports torch, so it survives whatever a vendor stack does.
+is recorded as failed and a fresh worker picks up the remaining probes. The runner itself imports torch
+(the probe catalogue is written with it) but never a vendor's library, so it survives whatever a vendor
+stack does.
 """
 
 from __future__ import annotations
