@@ -1,10 +1,11 @@
 """How a rank ends after its script succeeded while torch's gloo threads outlive the process group.
 
 From torch 2.13 a gloo process group that ran a functional collective (DTensor, tensor parallelism, FSDP2:
-``torch.distributed._functional_collectives``) is never freed: ``destroy_process_group`` leaves its threads
-(``pt_gloo_runloop``, ``gloo_tcp_loop``) running, and the C++ teardown at the process's exit may then abort
-the rank ("terminate called without an active exception", then a segmentation fault) after the script
-succeeded, so the launcher reports a failed run. torch 2.9 frees the group.
+``torch.distributed._functional_collectives``), or that a ``DistributedDataParallel`` module still holds, is
+never freed: ``destroy_process_group`` leaves its threads (``pt_gloo_runloop``, ``gloo_tcp_loop``) running,
+and the C++ teardown at the process's exit may then abort the rank ("terminate called without an active
+exception", then a segmentation fault) after the script succeeded, so the launcher reports a failed run.
+torch 2.9 frees the group.
 
 A rank whose script ended with status 0 while those threads run ends the way a ``multiprocessing`` child
 does (``torch.multiprocessing.spawn``'s ranks end so): Python's own shutdown steps in Python's order (the
