@@ -106,7 +106,7 @@ def test_launch_overhead_runs_both_launchers(tmp_path: Path) -> None:
     losses = result["last_losses"]
     assert losses["torchrun"] == pytest.approx(losses["anydevice run"], abs=1e-5)  # same script, same data
     # plain torchrun's ranks may abort in torch's teardown at exit (counted, kept); anydevice run's never do
-    assert result["aborted_at_exit"]["anydevice run"] == 0 and result["aborted_at_exit"]["torchrun"] in (0, 1)
+    assert result["aborted_at_exit"]["anydevice run"] == 0
 
 
 def test_presets_records_the_main_jobs_json(tmp_path: Path) -> None:
