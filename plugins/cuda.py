@@ -22,6 +22,7 @@ from anydevice.plugin import (
     Shims,
     hookimpl,
 )
+from anydevice.plugin import chips as catalogue
 from anydevice.plugin import detection as d
 
 if TYPE_CHECKING:
@@ -34,9 +35,100 @@ NODE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd")
 """Device nodes of NVIDIA GPUs and of AMD's ROCm driver."""
 DIST_BACKEND = "nccl"
 """The process-group backend (RCCL under the same name on ROCm), declared once: the collectives table and CHECK_FACTS read it."""
+NVIDIA = "NVIDIA datasheets (dense figures: the sparse ones are twice these)"
+HOST = catalogue.host_shapes(*range(1, 9))
+"""A GPU server runs 1 to 8 GPUs (an HGX board); a pod asks for a count of them."""
+CHIPS = (
+    Chip(
+        "h200",
+        "H200",
+        NVIDIA + "; H200 datasheet",
+        "2026-12-07",
+        pci_ids=("0x2335",),
+        hbm_bytes=141 * 10**9,
+        hbm_bandwidth=4.8e12,
+        peak_bf16=989.4e12,
+        peak_fp8=1978.9e12,
+        interconnect_bandwidth=900e9,
+        shapes=HOST,
+        llmd_label="h200",
+    ),
+    Chip(
+        "h100",
+        "H100",
+        NVIDIA + "; H100 SXM datasheet",
+        "2026-12-07",
+        aliases=("h100sxm",),
+        pci_ids=("0x2330",),
+        hbm_bytes=80 * GiB,
+        hbm_bandwidth=3.35e12,
+        peak_bf16=989.4e12,
+        peak_fp8=1978.9e12,
+        interconnect_bandwidth=900e9,
+        shapes=HOST,
+        llmd_label="h100",
+    ),
+    Chip(
+        "b200",
+        "B200",
+        NVIDIA + "; HGX B200 datasheet",
+        "2026-12-07",
+        pci_ids=("0x2901",),
+        hbm_bytes=180 * 10**9,
+        hbm_bandwidth=8e12,
+        peak_bf16=2250e12,
+        peak_fp8=4500e12,
+        interconnect_bandwidth=1.8e12,
+        shapes=HOST,
+        llmd_label="b200",
+    ),
+    Chip(
+        "a100",
+        "A100",
+        NVIDIA + "; A100 80GB SXM datasheet",
+        "2026-12-07",
+        pci_ids=("0x20b2",),
+        hbm_bytes=80 * GiB,
+        hbm_bandwidth=2.039e12,
+        peak_bf16=312e12,
+        interconnect_bandwidth=600e9,
+        shapes=HOST,
+        llmd_label="a100",
+    ),
+    Chip("l40s", "L40S", "declared: llm-d's label only", "2026-12-07", shapes=HOST, llmd_label="l40s"),
+    Chip("l4", "L4", "declared: llm-d's label only", "2026-12-07", shapes=HOST, llmd_label="l4"),
+    Chip(
+        "h100pcie",
+        "H100 PCIe",
+        NVIDIA + "; H100 PCIe datasheet",
+        "2026-12-07",
+        pci_ids=("0x2331",),
+        hbm_bytes=80 * GiB,
+        hbm_bandwidth=2.0e12,
+        peak_bf16=756.5e12,
+        peak_fp8=1513e12,
+        shapes=HOST,
+    ),
+    Chip("h100nvl", "H100 NVL", "declared: its datasheet peak differs from SXM's and is not tabled", "2026-12-07", shapes=HOST),
+    Chip("gb200", "GB200", NVIDIA + "; GB200 NVL72 datasheet, per GPU", "2026-12-07", peak_bf16=2500e12, shapes=HOST),
+    Chip(
+        "mi300x",
+        "MI300X",
+        "AMD Instinct MI300X datasheet",
+        "2026-12-07",
+        pci_ids=("0x74a1",),
+        hbm_bytes=192 * GiB,
+        hbm_bandwidth=5.3e12,
+        peak_bf16=1307.4e12,
+        peak_fp8=2614.9e12,
+        shapes=HOST,
+    ),
+)
+"""The GPUs, each fact once; the first that declares an llm-d label (H200) is serve-spec's default. A GPU not
+listed has no peak: MFU is reported as unknown, never guessed from a neighbour."""
 CHECK_FACTS = CheckFacts(
     dtypes=ALL_DTYPES | FP8,  # fp8 matmuls need Hopper (H100) or later; the types exist on every CUDA build
-    memory_per_chip={"A100": 80 * GiB, "H100": 80 * GiB, "H200": 141 * 10**9, "B200": 180 * 10**9, "MI300X": 192 * GiB},
+    memory_per_chip=catalogue.memory_per_chip(CHIPS),
     fallback="never",  # an op without a CUDA kernel raises; nothing runs on the CPU silently
     compile_backends=("inductor",),
     runs_cuda_calls=True,
@@ -45,29 +137,8 @@ CHECK_FACTS = CheckFacts(
     sources=("NVIDIA and AMD datasheets (memory per GPU)",),
 )
 """What ``anydevice check`` reads for CUDA GPUs (eager, dynamic shapes; every torch op has a CUDA kernel)."""
-
-# Dense bf16 TFLOP/s per chip (vendor datasheets; the sparse figures are twice these). A chip not
-# listed has no peak: MFU is reported as unknown, never guessed from a neighbour.
-PEAK_BF16_TFLOPS = {
-    "H100": 989.4,  # NVIDIA H100 SXM datasheet
-    "H100 PCIe": 756.5,  # NVIDIA H100 PCIe datasheet (1513 sparse)
-    "H200": 989.4,  # NVIDIA H200 datasheet (same compute as H100 SXM)
-    "B200": 2250.0,  # NVIDIA HGX B200 datasheet
-    "GB200": 2500.0,  # NVIDIA GB200 NVL72 datasheet, per GPU
-    "A100": 312.0,  # NVIDIA A100 datasheet
-    "MI300X": 1307.4,  # AMD Instinct MI300X datasheet
-}
-# (substring of the upper-cased name without spaces or dashes, chip) - most specific first
-_NAME_PATTERNS = (
-    ("H100PCIE", "H100 PCIe"),
-    ("H100NVL", "H100 NVL"),  # no peak in the table: its datasheet figure differs from SXM's
-    ("GB200", "GB200"),
-    ("B200", "B200"),
-    ("H200", "H200"),
-    ("H100", "H100"),
-    ("A100", "A100"),
-    ("MI300X", "MI300X"),
-)
+PEAK_BF16_TFLOPS = catalogue.peaks_tflops(CHIPS)
+"""Dense bf16 TFLOP/s per GPU model, read from :data:`CHIPS`."""
 CUDA_VISIBLE_DEVICES = Setting(
     "CUDA_VISIBLE_DEVICES",
     'Which NVIDIA/AMD GPUs the process sees; `""`, `-1`, `none` or `NoDevFiles` hides every GPU. `anydevice doctor` reports it.',
@@ -77,9 +148,9 @@ INSTALL_CUDA_TORCH = "install a CUDA (or ROCm) build of torch: pip install torch
 
 
 def chip_from_name(name: str) -> str:
-    """The chip key for a device name (``NVIDIA H100 80GB HBM3`` -> ``H100``), or the name itself."""
-    flat = name.upper().replace(" ", "").replace("-", "")
-    return next((chip for pattern, chip in _NAME_PATTERNS if pattern in flat), name)
+    """The chip's model for a device name (``NVIDIA H100 80GB HBM3`` -> ``H100``), or the name itself."""
+    chip = catalogue.chip_in_text(CHIPS, name)
+    return chip.model if chip is not None else name
 
 
 def hides_every_gpu(value: str) -> bool:
@@ -191,7 +262,6 @@ SERVING = {
             env={"VLLM_NIXL_SIDE_CHANNEL_HOST": "$(POD_IP)"},
             args=("--block-size=128",),
             labels={"llm-d.ai/accelerator-vendor": "nvidia"},
-            chips={name: Chip(label=name) for name in ("h200", "h100", "b200", "a100", "l40s", "l4")},
             source="llm-d v0.9.0 guides/pd-disaggregation/modelserver/gpu/vllm (image: its component images/gpu-vllm, "
             "vllm-openai, at the release's vLLM v0.26.0; the vendor and variant labels are declared here, the GPU overlay "
             "sets none)",
@@ -219,6 +289,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             settings=(CUDA_VISIBLE_DEVICES,),
             hardware=Hardware(pjrt_names=("CUDA", "GPU"), scan=gpu_nodes, ray_resource="GPU"),
             serving=SERVING,
+            chips=CHIPS,
             check=CHECK_FACTS,
             evidence=EVIDENCE,
         )

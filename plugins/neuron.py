@@ -37,6 +37,7 @@ from anydevice.plugin import (
     settings,
     versions,
 )
+from anydevice.plugin import chips as catalogue
 from anydevice.plugin import detection as d
 
 PJRT_DEVICE = lazy_xla.PJRT_DEVICE
@@ -56,15 +57,69 @@ INSTALL_AFTER_XLA = (
 NO_DEVICE_FIX = "run on a Trainium (trn1/trn2/trn3) or Inferentia instance with the Neuron driver (/dev/neuron*)"
 NAME = "neuron"
 NODE_GLOB = "/dev/neuron[0-9]*"
-# Dense bf16 TFLOP/s per chip (AWS Neuron docs: trainium, trainium2, trainium3 pages). The chip comes
-# from the EC2 instance type (:func:`chip`); on an instance type not listed MFU stays unknown.
-PEAK_BF16_TFLOPS = {"Trainium1": 190.0, "Trainium2": 667.0, "Trainium3": 671.0}
-# EC2 instance family (before the ".") -> the chip it carries
-INSTANCE_CHIPS = {"trn1": "Trainium1", "trn1n": "Trainium1", "trn2": "Trainium2", "trn2u": "Trainium2", "trn3": "Trainium3"}
+AWS = "AWS Neuron docs (architecture: trainium, trainium2, trainium3, inferentia2 pages)"
+CHIPS = (
+    Chip(
+        "trn1",
+        "Trainium1",
+        AWS,
+        "2026-12-07",
+        aliases=("trn1n", "trainium1"),
+        cores=2,
+        devices=2,
+        hbm_bytes=32 * GiB,
+        hbm_bandwidth=820e9,
+        peak_bf16=190e12,
+        shapes=catalogue.host_shapes(*range(1, 17)),
+        llmd_label="trn1",
+    ),
+    Chip(
+        "trn2",
+        "Trainium2",
+        AWS + "; 4 logical NeuronCores per chip at the default LNC=2",
+        "2026-12-07",
+        aliases=("trn2u", "trainium2"),
+        cores=8,
+        devices=4,
+        hbm_bytes=96 * GiB,
+        hbm_bandwidth=2.9e12,
+        peak_bf16=667e12,
+        peak_fp8=1299e12,
+        shapes=catalogue.host_shapes(*range(1, 17)),
+        llmd_label="trn2",
+    ),
+    Chip(
+        "trn3",
+        "Trainium3",
+        AWS + " (cores per chip not declared here)",
+        "2026-12-07",
+        aliases=("trainium3",),
+        hbm_bytes=144 * GiB,
+        hbm_bandwidth=4.9e12,
+        peak_bf16=671e12,
+    ),
+    Chip(
+        "inf2",
+        "Inferentia2",
+        AWS,
+        "2026-12-07",
+        aliases=("inferentia2",),
+        cores=2,
+        devices=2,
+        hbm_bytes=32 * GiB,
+        hbm_bandwidth=820e9,
+        peak_bf16=190e12,
+        shapes=catalogue.host_shapes(*range(1, 13)),
+    ),
+)
+"""The Neuron chips, each fact once; the EC2 instance family (``trn2`` of ``trn2.48xlarge``) is a chip's name or
+alias (:func:`chip`). An instance type not listed leaves the chip, so MFU, unknown."""
+PEAK_BF16_TFLOPS = catalogue.peaks_tflops(CHIPS)
+"""Dense bf16 TFLOP/s per chip, read from :data:`CHIPS`."""
 CHECK_FACTS = CheckFacts(
     dtypes=NO_DOUBLE | FP8,  # Trainium has no float64/complex engines; fp8 on Trainium2 and later ([doc])
     static_shapes=True,  # torch.compile(backend="neuron") rejects dynamic=True: each shape is a compile
-    memory_per_chip={"Trainium1": 32 * GiB, "Trainium2": 96 * GiB, "Trainium3": 144 * GiB},  # AWS Neuron docs, HBM per chip
+    memory_per_chip=catalogue.memory_per_chip(CHIPS),  # HBM per chip, from the catalogue
     fallback="unknown",  # TorchNeuron falls back to the CPU for some ops; no documented switch or counter to notice it
     strict_refusal=(
         "TorchNeuron runs the ops it has no Neuron kernel for on the CPU (its operator table marks them CPU_FALLBACK). "
@@ -127,7 +182,8 @@ def chip(product_path: str = DMI_PRODUCT) -> str | None:
         product = Path(product_path).read_text().strip().lower()
     except OSError:
         return None
-    return INSTANCE_CHIPS.get(product.split(".", 1)[0])
+    found = catalogue.chip_named(CHIPS, product.split(".", 1)[0])
+    return found.model if found is not None else None
 
 
 def neuron_devices() -> list[str]:
@@ -299,7 +355,6 @@ SERVING = {
             host_staged=True,
             env={"VLLM_NIXL_SIDE_CHANNEL_HOST": "$(POD_IP)"},
             labels={"llm-d.ai/accelerator-vendor": "aws"},
-            chips={"trn1": Chip(devices_per_chip=2, label="trn1"), "trn2": Chip(devices_per_chip=4, label="trn2")},
             source="declared: Trainium is not in llm-d's accelerator list; NixlConnector host-staged (kv_buffer_device: cpu) "
             "as vLLM PR #28356 runs it; trn2 counts 4 logical NeuronCores per chip (the default LNC=2)",
         ),
@@ -333,6 +388,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             hardware=Hardware(pjrt_names=("NEURON",), scan=neuron_devices, ray_resource="neuron_cores", exclusive=True),
             launch=LAUNCH,
             serving=SERVING,
+            chips=CHIPS,
             check=CHECK_FACTS,
             evidence=EVIDENCE,
         )

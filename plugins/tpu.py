@@ -36,12 +36,125 @@ from anydevice.plugin import (
     settings,
     versions,
 )
+from anydevice.plugin import chips as catalogue
 from anydevice.plugin import detection as d
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
-TPU_DEVICE_IDS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "v7"}
-# Dense bf16 TFLOP/s per chip (Google Cloud TPU docs; torch_tpu carries the same table).
-PEAK_BF16_TFLOPS = {"TPU v4": 275.0, "TPU v5e": 197.0, "TPU v5p": 459.0, "TPU v6e": 918.0, "TPU v7": 2307.0}
+DOCS = "Google Cloud TPU docs (system architecture, per generation)"
+TORCH_TPU = "torch_tpu 0.2.0 hardware tables (processes of a whole slice on one host)"
+PRICE = "Google Cloud TPU pricing, on-demand, us-central1 (list price per chip-hour, 2025)"
+_TWO_D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+_THREE_D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8"}
+ONE_HOST = (1, 4, 8)
+"""v5e and v6e hosts: 1, 4 or 8 chips (also the process counts torch_tpu runs on one host)."""
+LITE = catalogue.grid_shapes(_TWO_D, per_host=4, single_host=ONE_HOST)
+"""v5e and v6e: one host of 1, 4 or 8 chips; a multi-host slice is hosts of 4 chips (``v5e-16``: 4 hosts, 4x4)."""
+CUBE = catalogue.grid_shapes(_THREE_D, per_host=4)
+"""v4, v5p, v7x: hosts of 4 chips in a 3D torus (``v5p-16``: 8 chips, 2 hosts, 2x2x2)."""
+CHIPS = (
+    Chip(
+        "v4",
+        "TPU v4",
+        DOCS,
+        "2026-12-07",
+        aliases=("tpu v4",),
+        pci_ids=("0x005e",),
+        cores=2,
+        counts="cores",
+        hbm_bytes=32 * GiB,
+        hbm_bandwidth=1200e9,
+        peak_bf16=275e12,
+        shapes=CUBE,
+        host_processes=(1, 2, 4, 8),
+        topology_prefix="v4",
+        accelerator_type="v4",
+        price_per_chip_hour=3.22,
+        price_source=PRICE,
+    ),
+    Chip(
+        "v5e",
+        "TPU v5e",
+        DOCS,
+        "2026-12-07",
+        aliases=("v5litepod", "v5lite", "TPU v5 lite"),
+        pci_ids=("0x0063",),
+        hbm_bytes=16 * GiB,
+        hbm_bandwidth=819e9,
+        peak_bf16=197e12,
+        interconnect_bandwidth=1600e9 / 8,
+        shapes=LITE,
+        host_processes=ONE_HOST,
+        topology_prefix="v5e",
+        accelerator_type="v5litepod",
+        price_per_chip_hour=1.20,
+        price_source=PRICE,
+    ),
+    Chip(
+        "v5p",
+        "TPU v5p",
+        DOCS,
+        "2026-12-07",
+        pci_ids=("0x0062",),
+        cores=2,
+        counts="cores",
+        hbm_bytes=95 * GiB,
+        hbm_bandwidth=2765e9,
+        peak_bf16=459e12,
+        interconnect_bandwidth=4800e9 / 8,
+        shapes=CUBE,
+        topology_prefix="v5p",
+        accelerator_type="v5p",
+        price_per_chip_hour=4.20,
+        price_source=PRICE,
+    ),
+    Chip(
+        "v6e",
+        "TPU v6e",
+        DOCS,
+        "2026-12-07",
+        aliases=("v6litepod", "TPU v6 lite", "trillium"),
+        pci_ids=("0x006f",),
+        hbm_bytes=32 * GiB,
+        hbm_bandwidth=1640e9,
+        peak_bf16=918e12,
+        interconnect_bandwidth=3584e9 / 8,
+        shapes=LITE,
+        host_processes=ONE_HOST,
+        topology_prefix="v6e",
+        accelerator_type="v6e",
+        llmd_label="tpu-v6e",
+        price_per_chip_hour=2.70,
+        price_source=PRICE,
+    ),
+    Chip(
+        "v7x",
+        "TPU v7",
+        DOCS + "; discuss.google.dev 'Optimizing frontier model training on TPU v7x' (HBM bandwidth)",
+        "2026-12-07",
+        aliases=("v7", "tpu7x", "ironwood", "TPU v7x"),
+        pci_ids=("0x0076",),
+        cores=2,
+        devices=2,
+        counts="cores",
+        hbm_bytes=192 * GiB,
+        hbm_bandwidth=7.38e12,
+        peak_bf16=2307e12,
+        peak_fp8=4614e12,
+        interconnect_bandwidth=1.2e12,
+        shapes=CUBE,
+        host_processes=(2, 4, 8),
+        topology_prefix="tpu7x",
+        accelerator_type="tpu7x",
+        llmd_label="tpu-v7x",
+    ),
+)
+"""The TPU generations, each fact once (Google Cloud TPU docs; torch_tpu's whole-slice tables). HBM is the
+datasheet's: libtpu states a little less as usable (v5e 15.75 GiB, v6e 31.25 GiB), and the compiled check reports
+which it used. Interconnect is ICI per chip as the docs state it (Gbps / 8); v4's is not stated per chip there."""
+TPU_DEVICE_IDS = {pci: c.model.removeprefix("TPU ") for c in CHIPS for pci in c.pci_ids}
+"""PCI device id -> the generation detection reports (``TPU v7``), read from :data:`CHIPS`."""
+PEAK_BF16_TFLOPS = catalogue.peaks_tflops(CHIPS)
+"""Dense bf16 TFLOP/s per chip by model (``TPU v5e``), read from :data:`CHIPS` (torch_tpu carries the same table)."""
 INSTALL = "pip install torch_tpu (on a Cloud TPU VM; needs torch 2.11 to 2.15), or pip install torch_xla[tpu]"
 INSTALL_AFTER_XLA = (
     f"pip install torch_tpu (on a Cloud TPU VM; needs torch 2.11 to 2.15); torch_xla[tpu], the other TPU stack, "
@@ -50,10 +163,10 @@ INSTALL_AFTER_XLA = (
 NO_CHIP_FIX = "run on a Cloud TPU VM (PCI vendor 0x1ae0 with /dev/vfio)"
 XPROF = "TensorBoard with the profile plugin, or XProf (open the run directory's .xplane.pb)"
 PAIRED_PACKAGES: dict[str, versions.PairRule] = {"torch_tpu": "requires_dist", "torch_xla": "lockstep"}
-SLICE_SIZES = {"v4": (1, 2, 4, 8), "v5e": (1, 4, 8), "v6e": (1, 4, 8), "v7": (2, 4, 8)}
+SLICE_SIZES = {c.model.removeprefix("TPU "): c.host_processes for c in CHIPS if c.host_processes}
 """Processes per host that form a whole slice, per generation (torch_tpu 0.2's hardware tables); a
-sub-slice world never completes PJRT's start-session barrier. Declared once: ``Hardware.process_counts``
-and ``CheckFacts.world_sizes`` (keyed by chip name, ``TPU v4``) are both read from it."""
+sub-slice world never completes PJRT's start-session barrier. Declared once, in :data:`CHIPS`:
+``Hardware.process_counts`` and ``CheckFacts.world_sizes`` (keyed by model, ``TPU v4``) are both read from it."""
 COMPILE_BACKENDS = ("tpu", "openxla")
 """``torch.compile`` backends: TorchTPU's own, then torch_xla's (the fallback stack); TorchTPU's shim uses the first."""
 COMPILE_CACHES = {"TORCH_TPU_TIER2_COMPILATION_CACHE": "tier2", "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": "tier3"}
@@ -61,15 +174,14 @@ COMPILE_CACHES = {"TORCH_TPU_TIER2_COMPILATION_CACHE": "tier2", "TORCH_TPU_TIER3
 CHECK_FACTS = CheckFacts(
     dtypes=NO_DOUBLE | FP8,  # no float64/complex on the MXU path; fp8 storage types exist (torch_tpu, [doc])
     static_shapes=True,  # torch_tpu compiles with dynamic=False by default; torch_xla traces static shapes
-    # HBM per chip (Google Cloud TPU docs, per generation)
-    memory_per_chip={"TPU v4": 32 * GiB, "TPU v5e": 16 * GiB, "TPU v5p": 95 * GiB, "TPU v6e": 32 * GiB, "TPU v7": 192 * GiB},
+    memory_per_chip=catalogue.memory_per_chip(CHIPS),  # HBM per chip, from the catalogue
     # torch_tpu/_internal/utils/hardware.py lists whole slices only; any other count never passes its start barrier
-    world_sizes={f"TPU {generation}": sizes for generation, sizes in SLICE_SIZES.items()},
+    world_sizes=catalogue.host_processes(CHIPS),
     slice_compiler="anydevice.plugin:tpu_aot",  # --target tpu:v5e-8: libtpu's compiler on this host (the tpu-check extra)
     fallback="warnings",
     fallback_warning=r"<TorchTpu/Performance/",  # torch_tpu/_internal/warnings.py prefixes its fallback warnings
     compile_backends=COMPILE_BACKENDS,
-    sources=("Google Cloud TPU docs (HBM per chip)", "torch_tpu 0.2.0 hardware tables (whole slices)"),
+    sources=(f"{DOCS} (HBM per chip)", TORCH_TPU),
 )
 """What ``anydevice check`` and ``ad.capabilities()`` read for TPUs (no TPU op table is shipped: ops are not verified)."""
 
@@ -78,9 +190,9 @@ def tpu_chips(pci_root: str = "/sys/bus/pci/devices", vfio_root: str = "/dev/vfi
     """Generations of the TPU chips on the PCI bus that have a VFIO node (what torch_tpu checks)."""
     chips = []
     for address, device_id in d.pci_devices(GOOGLE_PCI_VENDOR, pci_root):
-        generation = TPU_DEVICE_IDS.get(device_id)
-        if generation and d.iommu_group_has_vfio(Path(pci_root) / address, vfio_root):
-            chips.append(generation)
+        chip = catalogue.chip_of_pci(CHIPS, device_id)
+        if chip is not None and d.iommu_group_has_vfio(Path(pci_root) / address, vfio_root):
+            chips.append(chip.model.removeprefix("TPU "))
     return chips
 
 
@@ -250,10 +362,6 @@ MODEL_SERVER = ModelServer(
     kv_role="kv_both",
     env={"TPU_SIDE_CHANNEL_PORT": "9600", "TPU_KV_TRANSFER_PORT": "9100"},
     labels={"llm-d.ai/accelerator-vendor": "google"},
-    chips={
-        "v6e": Chip(label="tpu-v6e"),
-        "v7x": Chip(devices_per_chip=2, counts="devices", label="tpu-v7x"),  # "2 cores per chip": 4 chips -> TP 8
-    },
     source="llm-d v0.9.0 guides/pd-disaggregation/modelserver/tpu (v6 overlay and tpu/base; v7x: 4 chips -> TP 8)",
 )
 """llm-d's TPU model server (tpu-inference on JAX, vLLM's built-in TPU platform), as its P/D guide's overlay writes it."""
@@ -311,6 +419,7 @@ def anydevice_register_devices(register: Callable[[DeviceSpec], None]) -> None:
             ),
             launch=Launch(launcher=_launcher, env=_launch_env),
             serving=serving(),
+            chips=CHIPS,
             check=CHECK_FACTS,
             evidence=EVIDENCE,
         )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from anydevice.contract.check_facts import DEFAULT_FACTS, CheckFacts
+from anydevice.contract.chips import Chip
 from anydevice.contract.evidence import UNKNOWN, Evidence
 from anydevice.contract.versions import PairRule
 from anydevice.settings import Setting
@@ -58,22 +59,6 @@ class Detection:
 
 
 @dataclass(frozen=True)
-class Chip:
-    """One accelerator model a serving spec can name (``tpu:v6e-8``, ``cuda:h200x8``): how its count becomes devices.
-
-    :param devices_per_chip: the engine's devices per chip (TPU v7x: 2 TensorCores per chip); the tensor-parallel
-        size of a host is its chips times this.
-    :param counts: what the number after the model counts: ``chips`` (``v6e-8``: 8 chips) or ``devices``
-        (``v7x-8``: 8 TensorCores, 4 chips).
-    :param label: the ``llm-d.ai/accelerator-variant`` label value (``tpu-v6e``).
-    """
-
-    devices_per_chip: int = 1
-    counts: Literal["chips", "devices"] = "chips"
-    label: str | None = None
-
-
-@dataclass(frozen=True)
 class ModelServer:
     """How an llm-d model server of this device is built (``anydevice serve-spec``), with where the facts come from.
 
@@ -86,7 +71,6 @@ class ModelServer:
     :param env: the container's variables; a value ``$(POD_IP)`` is the pod's address (``status.podIP``).
     :param args: more ``vllm serve`` arguments.
     :param labels: pod labels (``llm-d.ai/accelerator-vendor``).
-    :param chips: the chip models by name; the first is the default when the device names none.
     :param source: where these facts are documented (the guide and its version), or what is only declared.
     """
 
@@ -98,7 +82,6 @@ class ModelServer:
     env: Mapping[str, str] = field(default_factory=dict)
     args: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
-    chips: Mapping[str, Chip] = field(default_factory=dict)
     source: str = "declared"
 
 
@@ -131,7 +114,10 @@ class Serving:
     available: Callable[[], str | None] | None = None
     visible_devices: str | None = None
     model_server: ModelServer | None = None
-    """llm-d's model server for this engine on the device (``anydevice serve-spec``), or None where none is declared."""
+    """llm-d's model server for this engine on the device (``anydevice serve-spec``), or None where none is declared.
+
+    Its chips (TP per chip, the ``llm-d.ai/accelerator-variant`` label) are the device's :attr:`DeviceSpec.chips`
+    that declare an ``llmd_label``; the first is the default when a device string names none."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +210,9 @@ class DeviceSpec:
     :param serving: serving engine (``vllm``, ``sglang``) -> how it runs on this device
         (:class:`Serving`); ``anydevice.integrations`` turns the selection into the engine's platform
         with it. Undeclared: an engine platform plugin named like the device.
+    :param chips: the chips catalogue (:class:`~anydevice.contract.chips.Chip`): every accelerator model the device
+        drives, each fact once with its source and date; detection, peaks, memory per chip, slice shapes and
+        topologies, serve-spec's chips and the launcher's hosts per slice are read from it.
     :param check: the :class:`~anydevice.contract.check_facts.CheckFacts` section (dtypes, static shapes, memory per
         chip, topology, op table, CPU-fallback mechanism) that ``anydevice check``, ``ad.capabilities()`` and
         strict mode read; undeclared: every fact unknown.
@@ -255,6 +244,8 @@ class DeviceSpec:
     """What ``anydevice run`` needs: launcher, per-rank variables, what bounds ``-n`` (read without the shims)."""
     serving: Mapping[str, Serving] = field(default_factory=dict)
     """Serving engine -> the engine's platforms for this device and what to install (``anydevice.integrations``)."""
+    chips: tuple[Chip, ...] = ()
+    """The chips catalogue: each accelerator model once (:mod:`anydevice.contract.chips`)."""
     check: CheckFacts = DEFAULT_FACTS
     """Facts for ``anydevice check``, ``ad.capabilities()`` and strict mode (:mod:`anydevice.contract.check_facts`)."""
 

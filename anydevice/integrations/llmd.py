@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from anydevice.contract.device_spec import Chip, ModelServer
+from anydevice.contract.chips import Chip
+from anydevice.contract.device_spec import ModelServer
 from anydevice.errors import SelectionError, UnsupportedFeatureError
 from anydevice.runtime.registry import Registry, get_registry
 
@@ -136,19 +137,26 @@ def declared_server(device: str, engine: str = "vllm", registry: Registry | None
     return serving.model_server
 
 
-def _chip(device: str, server: ModelServer, chip: str | None) -> tuple[str | None, Chip | None]:
-    if not server.chips:
+def serving_chips(device: str, registry: Registry | None = None) -> dict[str, Chip]:
+    """The device's chips serve-spec offers (its catalogue's chips with an llm-d label), by name; the first is the default."""
+    registry = registry or get_registry()
+    return {c.name: c for c in registry.get(device).spec.chips if c.llmd_label}
+
+
+def _chip(device: str, chips: dict[str, Chip], chip: str | None) -> tuple[str | None, Chip | None]:
+    if not chips:
         if chip is not None:
             raise SelectionError(
                 f"The {device} model server names no chip models; '{chip}' is not one.", f"Write {device} alone."
             )
         return None, None
-    name = chip or next(iter(server.chips))
-    if name not in server.chips:
-        close = difflib.get_close_matches(name, list(server.chips), n=1, cutoff=0.5)
+    name = chip or next(iter(chips))
+    found = next((c for c in chips.values() if name in c.names), None)
+    if found is None:
+        close = difflib.get_close_matches(name, list(chips), n=1, cutoff=0.5)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise SelectionError(f"Unknown {device} chip '{name}'.{hint}", f"Known {device} chips: {', '.join(server.chips)}.")
-    return name, server.chips[name]
+        raise SelectionError(f"Unknown {device} chip '{name}'.{hint}", f"Known {device} chips: {', '.join(chips)}.")
+    return found.name, found
 
 
 def model_server(
@@ -182,18 +190,17 @@ def model_server(
     registry = registry or get_registry()
     name, chip_name, count = parse_device(device, registry)
     server = declared_server(name, engine, registry)
-    chip_name, chip = _chip(name, server, chip_name)
-    per_chip = chip.devices_per_chip if chip else 1
-    count = count or (per_chip if chip and chip.counts == "devices" else 1)
-    if chip is not None and chip.counts == "devices":
-        if count % per_chip:
-            raise SelectionError(
-                f"{device}: {chip_name} counts devices, {per_chip} per chip; {count} is not a whole number of chips.",
-                f"Use a multiple of {per_chip}, e.g. {name}:{chip_name}-{per_chip * 4}.",
-            )
-        chips = count // per_chip
-    else:
-        chips = count
+    chip_name, chip = _chip(name, serving_chips(name, registry), chip_name)
+    per_chip = chip.devices if chip else 1
+    per_count = chip.per_count if chip else 1
+    count = count or per_count
+    if count % per_count:
+        raise SelectionError(
+            f"{device}: {chip_name} counts {chip.counts if chip else 'chips'}, {per_count} per chip; {count} is not a whole "
+            "number of chips.",
+            f"Use a multiple of {per_count}, e.g. {name}:{chip_name}-{per_count * 4}.",
+        )
+    chips = count // per_count
     config = dict(server.connector)
     notes: list[str] = []
     if connector is not None:
@@ -207,8 +214,8 @@ def model_server(
             notes.append(f"{json.dumps(config)} instead of the device's own {json.dumps(dict(server.connector))}")
     config["kv_role"] = server.kv_role or ("kv_producer" if role == "prefill" else "kv_consumer")
     labels = {"llm-d.ai/role": role, "llm-d.ai/engine-type": engine, "llm-d.ai/guide": "pd-disaggregation", **server.labels}
-    if chip is not None and chip.label:
-        labels["llm-d.ai/accelerator-variant"] = chip.label
+    if chip is not None and chip.llmd_label:
+        labels["llm-d.ai/accelerator-variant"] = chip.llmd_label
     if image is None and server.image is None:
         notes.append(f"no {name} image is declared: pass --image")
     return ServerSpec(
@@ -268,7 +275,8 @@ _PLAIN_KEY = re.compile(r"[A-Za-z0-9_./-]+")
 
 
 def to_yaml(value: Any, indent: int = 0) -> str:
-    """Block YAML of nested dicts/lists of str/int/bool; every string JSON-quoted (valid YAML, never re-typed)."""
+    """Block YAML of nested dicts/lists of str/int/bool; every string JSON-quoted (valid YAML, never re-typed), but a
+    multi-line one (a shell script) as a literal block (``|``) where it reads back exactly."""
     return "\n".join(_lines(value, indent)) + "\n"
 
 
@@ -284,8 +292,23 @@ def _key(key: str) -> str:
     return key if _PLAIN_KEY.fullmatch(key) and not key[0].isdigit() else json.dumps(key)
 
 
+def _literal(value: Any) -> list[str] | None:
+    """A multi-line string as a literal block's header and lines, or None where a block would not read back exactly."""
+    if not isinstance(value, str) or "\n" not in value.rstrip("\n") or value.endswith("\n\n"):
+        return None
+    lines = value.removesuffix("\n").split("\n")
+    if lines[0][:1] in (" ", "") or any(line != line.strip(" ") and not line.strip() for line in lines):
+        return None  # a leading space needs an indentation indicator; a blank line of spaces is not kept
+    if not all(line.isprintable() for line in lines):
+        return None
+    return ["|" if value.endswith("\n") else "|-", *lines]
+
+
 def _lines(value: Any, indent: int) -> list[str]:
     pad = " " * indent
+    block = _literal(value)
+    if block is not None:
+        return [pad + block[0], *(f"{pad}{line}" if line else "" for line in block[1:])]
     if isinstance(value, dict):
         if not value:
             return [pad + "{}"]
@@ -294,6 +317,9 @@ def _lines(value: Any, indent: int) -> list[str]:
             if isinstance(v, (dict, list)) and v:
                 out.append(f"{pad}{_key(str(k))}:")
                 out += _lines(v, indent + 2)
+            elif _literal(v) is not None:
+                header, *body = _lines(v, indent + 2)
+                out += [f"{pad}{_key(str(k))}: {header.lstrip()}", *body]
             else:
                 out.append(f"{pad}{_key(str(k))}: {'{}' if v == {} else '[]' if v == [] else _scalar(v)}")
         return out

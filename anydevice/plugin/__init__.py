@@ -12,6 +12,7 @@ A plugin (built-in or third-party) imports only ``anydevice.plugin`` and ``anyde
 What is here, by concern:
 
 - **declaring a device**: :class:`DeviceSpec` and its sections (:class:`Hardware`, :class:`Launch`, :class:`Serving`),
+  its chips catalogue (:class:`Chip`, :class:`SliceShape`; the ``chips`` module's lookups and helpers),
   :class:`Detection` and its :data:`Problem` kinds, :class:`Setting` (the variables a device reads),
   :class:`Evidence` (what stands behind the plugin: ran on the chip, compiled, stand-in, declared, unknown);
 - **hooks**: :data:`hookimpl` and the hook specifications (:func:`anydevice_register_devices`,
@@ -37,14 +38,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from anydevice import settings
+from anydevice.contract import chips, versions
 from anydevice.contract import detect as detection
-from anydevice.contract import versions
 from anydevice.contract.check_facts import ALL_DTYPES, FP8, NO_DOUBLE, CheckFacts, GiB, OpTable
+from anydevice.contract.chips import Chip, SliceShape
 from anydevice.contract.device_spec import (
     DEFAULT_PRIORITY,
     NAME_PATTERN,
     PRIORITY_RANGE,
-    Chip,
     Detection,
     Devices,
     DeviceSpec,
@@ -120,6 +121,7 @@ __all__ = [
     "Serving",
     "Setting",
     "Shims",
+    "SliceShape",
     "Status",
     "TraceSession",
     "XlaVendor",
@@ -128,6 +130,7 @@ __all__ = [
     "anydevice_register_devices",
     "anydevice_register_probes",
     "check_pair",
+    "chips",
     "detection",
     "eager_shims",
     "hookimpl",

@@ -15,7 +15,13 @@ torch = pytest.importorskip("torch")
 
 @pytest.mark.parametrize(
     ("product", "chip"),
-    [("trn1.32xlarge", "Trainium1"), ("trn1n.32xlarge\n", "Trainium1"), ("trn2.48xlarge", "Trainium2"), ("inf2.xlarge", None)],
+    [
+        ("trn1.32xlarge", "Trainium1"),
+        ("trn1n.32xlarge\n", "Trainium1"),
+        ("trn2.48xlarge", "Trainium2"),
+        ("inf2.xlarge", "Inferentia2"),
+        ("c7i.large", None),
+    ],
 )
 def test_the_instance_type_names_the_chip(tmp_path: Path, product: str, chip: str | None) -> None:
     path = tmp_path / "product_name"
