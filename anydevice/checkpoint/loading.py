@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anydevice.errors import CheckpointError
+from anydevice.files import file_kinds
 
 if TYPE_CHECKING:
     import torch
@@ -54,7 +55,9 @@ def load_file(path: Path, map_location: str | torch.device = "cpu", weights_only
 def verify_archive(path: Path) -> None:
     """Check every member's CRC-32 in a ``torch.save`` zip archive; raise :class:`CheckpointError` naming the damage.
 
-    Files that are not zip archives (torch's legacy format, garbage) are left to ``torch.load``.
+    A zip archive must have ``torch.save``'s layout (:func:`anydevice.files.file_kinds.torch_layout`), else it is
+    refused naming what it looks like ("a NumPy .npz archive"), as is a recognisable non-zip file (a text file, an
+    image); torch's legacy format and unrecognised bytes are left to ``torch.load``.
     Missing or unreadable files raise the OS error, which names them.
     """
     st = path.stat()
@@ -66,10 +69,17 @@ def verify_archive(path: Path) -> None:
             "For a directory checkpoint (ad.checkpoint.save), use ad.checkpoint.load.",
         )
     with open(path, "rb") as handle:
-        if handle.read(4) != b"PK\x03\x04":
-            return
+        head = handle.read(file_kinds.HEAD_SIZE)
+    if not head.startswith(file_kinds.ZIP_MAGIC):
+        what = file_kinds.describe_head(head)
+        if what not in _LEFT_TO_TORCH:  # recognisably something else: say what, never unpickle it
+            raise _not_a_checkpoint(path, what)
+        return
     try:
         with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            if not file_kinds.torch_layout(names):
+                raise _not_a_checkpoint(path, file_kinds.describe_zip(names))
             bad = _first_bad_member(path, archive, st.st_size)
     except zipfile.BadZipFile as exc:
         cut = "not a zip file" in str(exc)  # no end-of-archive record: the tail is missing
@@ -84,6 +94,17 @@ def verify_archive(path: Path) -> None:
 
 
 _AGAIN = "Load an older checkpoint, or save it again."
+_LEFT_TO_TORCH = ("a torch.save file in torch's legacy (non-zip) format", "a binary file of unknown kind")
+"""Non-zip kinds ``torch.load`` judges itself: torch's legacy format, and garbage (reported as corrupt)."""
+
+
+def _not_a_checkpoint(path: Path, what: str) -> CheckpointError:
+    hint = "ad.load reads a file that ad.save or torch.save wrote; give the path of one."
+    if what.startswith("a TorchScript model"):
+        hint = "Load a TorchScript model with torch.jit.load."
+    return CheckpointError(f"{path} is not a checkpoint: it looks like {what}.", hint)
+
+
 _INFLATE_FLOOR = 64 << 20
 _INFLATE_RATIO = 4
 

@@ -251,14 +251,15 @@ class _Recorder:
         return getattr(self.handle, name)
 
 
-_TORCH_LEGACY = b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19"  # pickle of torch's legacy-format magic number
-
-
 def check_replaceable_file(place: Place, st: os.stat_result, accepts: Callable[[bytes], bool] | None = None) -> None:
     """Raise :class:`CheckpointError` unless the existing entry is a writable earlier checkpoint file.
 
-    ``accepts`` judges the file's first 14 bytes instead (another format's writer, e.g. ``ad.export``'s ``.tflite``).
+    An earlier checkpoint is what :func:`anydevice.files.file_kinds.torch_checkpoint` recognises (torch's archive
+    layout, read from the zip's central directory; never the zip magic alone), or an empty file. ``accepts`` judges
+    the file's first 14 bytes instead (another format's writer, e.g. ``ad.export``'s ``.tflite``).
     """
+    from anydevice.files import file_kinds
+
     path = place.path
     if stat.S_ISDIR(st.st_mode):
         raise CheckpointError(
@@ -276,19 +277,21 @@ def check_replaceable_file(place: Place, st: os.stat_result, accepts: Callable[[
         return
     fd = os.open(place.name, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | getattr(os, "O_NONBLOCK", 0), dir_fd=place.fd)
     try:
-        head = os.read(fd, len(_TORCH_LEGACY))
+        if accepts is not None:
+            if not accepts(os.pread(fd, 14, 0)):
+                raise CheckpointError(
+                    f"Cannot replace {path}: the file there is not of the kind being written; it was left alone."
+                )
+            return
+        if file_kinds.torch_checkpoint(fd):
+            return
+        what = file_kinds.describe(fd)
     finally:
         os.close(fd)
-    if accepts is not None:
-        if not accepts(head):
-            raise CheckpointError(f"Cannot replace {path}: the file there is not of the kind being written; it was left alone.")
-        return
-    if not (head.startswith(b"PK\x03\x04") or head == _TORCH_LEGACY):
-        raise CheckpointError(
-            f"Cannot save {path}: a file that is not a checkpoint is there (it does not start like a torch.save "
-            "file); it was left as it was.",
-            "ad.save replaces only an earlier checkpoint: move that file away, or save to another path.",
-        )
+    raise CheckpointError(
+        f"Cannot save {path}: the file there looks like {what}, not a checkpoint; it was left as it was.",
+        "ad.save replaces only an earlier checkpoint (a torch.save archive): move that file away, or save to another path.",
+    )
 
 
 def write_file(place: Place, write: Callable[[IO[bytes]], Any], *, accepts: Callable[[bytes], bool] | None = None) -> None:
