@@ -1,0 +1,189 @@
+"""``anydevice launch SCRIPT [ARGS...] --target TARGET --emit skypilot|jobset|slurm``: the cluster spec for a target.
+
+    anydevice launch train.py --steps 100 --target tpu:v5e-16 --emit jobset --out train.yaml
+    anydevice launch train.py --target cuda:h100x8x2 --emit slurm --out train.sbatch
+    anydevice launch examples/train.py --steps 3 --target cpu:1x2 --emit skypilot --rehearse
+
+Writes the spec (stdout, or ``--out FILE``; an existing file is replaced only with ``--force``). On a target whose
+device compiles for its slices (TPU), ``anydevice check SCRIPT --target TARGET`` runs first (``--no-check`` skips
+it; ``--check`` asks for it on any target): a step that will not compile, fit or launch there is refused, or with
+``--force`` written with the verdict in a comment. ``--rehearse`` (a cpu target) runs the spec's start command
+here once per host with the engine's variables, and prints the main rank's last line. launch's own options may
+come before or after SCRIPT; a script argument spelled like one of them goes after ``--``.
+Exit status: 0 written (and rehearsed), 1 refused by the check or a failed rehearsal, 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from anydevice.errors import AnyDeviceError, UsageError
+
+OWN = {
+    "--target": True,
+    "-t": True,
+    "--emit": True,
+    "--out": True,
+    "-o": True,
+    "--name": True,
+    "--port": True,
+    "--image": True,
+    "--timeout": True,
+    "--check": False,
+    "--no-check": False,
+    "--force": False,
+    "--rehearse": False,
+}
+SHORT = {"-t": "--target", "-o": "--out"}
+USAGE = (
+    "usage: anydevice launch SCRIPT [ARGS...] --target TARGET --emit skypilot|jobset|slurm [--out FILE] "
+    "[--check | --no-check] [--force] [--name NAME] [--port PORT] [--image IMAGE] [--rehearse] [-- SCRIPT ARGS]"
+)
+TARGETS = "e.g. --target tpu:v5e-16, tpu:v5e-8, tpu:v5p-16, cuda:h100x8, cuda:h100x8x2, neuron:trn2-16, cpu:1x2"
+REFUSED = ("will not compile", "will not fit", "will not launch")
+"""Check verdicts that refuse the spec (``--force`` writes it with the verdict in a comment)."""
+
+
+def split(argv: list[str]) -> tuple[dict[str, Any], str, list[str]]:
+    """(launch's options, SCRIPT, the script's arguments) from the command line."""
+    options: dict[str, Any] = {}
+    script: str | None = None
+    rest: list[str] = []
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "--":
+            rest += list(tokens)
+            break
+        name, eq, inline = token.partition("=")
+        if name in OWN:
+            key = SHORT.get(name, name)
+            if OWN[name]:
+                value = inline if eq else next(tokens, None)
+                if value is None or value == "":
+                    raise UsageError(f"{name} needs a value.", USAGE)
+                options[key] = value
+            elif eq:
+                raise UsageError(f"{name} takes no value.", USAGE)
+            else:
+                options[key] = True
+        elif script is None:
+            if token.startswith("-"):
+                raise UsageError(f"Unknown option {token} before the script.", USAGE)
+            script = token
+        else:
+            rest.append(token)
+    if script is None:
+        raise UsageError("No script given.", USAGE)
+    for needed, example in (("--target", TARGETS), ("--emit", "choose --emit skypilot, jobset or slurm")):
+        if needed not in options:
+            raise UsageError(f"No {needed} given.", f"{USAGE}\n{example}.")
+    if options.get("--check") and options.get("--no-check"):
+        raise UsageError("--check and --no-check contradict each other.", "Give one of them.")
+    return options, script, rest
+
+
+def _int(options: dict[str, Any], name: str, default: int) -> int:
+    raw = options.get(name, default)
+    if not str(raw).isascii() or not str(raw).isdigit():
+        raise UsageError(f"{name} must be a whole number, not {raw!r}.", USAGE)
+    return int(raw)
+
+
+def check_verdict(script: str, args: list[str], target: str, timeout: int) -> tuple[str, str, list[str]]:
+    """``anydevice check SCRIPT --target TARGET --json`` in a child: (verdict, summary, fixes); its usage error raised."""
+    command = [sys.executable, "-m", "anydevice", "check", script, *args, "--target", target, "--json", "--timeout", str(timeout)]
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if done.returncode not in (0, 1):
+        said = done.stderr.strip().removeprefix("anydevice: error: ") or f"it exited with status {done.returncode}"
+        raise AnyDeviceError(
+            f"The check before the spec could not run: {said}",
+            "Fix that, or pass --no-check to write the spec unchecked.",
+        )
+    report = json.loads(done.stdout)
+    (verdict,) = report["targets"]
+    fixes = [f for f in verdict.get("fixes", []) if f]
+    return str(verdict["verdict"]), str(verdict["summary"]), fixes
+
+
+def main(argv: list[str]) -> int:
+    """``anydevice launch``: 0 written, 1 refused by the check or a failed rehearsal, 2 usage errors."""
+    if argv[:1] in (["-h"], ["--help"]) or not argv:
+        print((__doc__ or "").strip() + "\n\n" + USAGE)
+        return 0 if argv else 2
+    from anydevice.launch_specs import ENGINES, Plan, parse_target, write
+
+    options, script, args = split(argv)
+    engine = options["--emit"]
+    if engine not in ENGINES:
+        raise UsageError(f"--emit {engine!r} is not an engine anydevice writes for.", f"Choose one of: {', '.join(ENGINES)}.")
+    target = parse_target(options["--target"])
+    kwargs: dict[str, Any] = {"name": options.get("--name") or _job_name(script), "image": options.get("--image")}
+    if "--port" in options:
+        kwargs["port"] = _int(options, "--port", 0)
+    plan = Plan(target, script, tuple(args), **kwargs)
+    out = Path(options["--out"]) if "--out" in options else None
+    if out is not None and out.exists() and not options.get("--force"):
+        raise UsageError(f"--out {out} exists.", "Choose another file, or pass --force to replace it.")
+    if not Path(script).is_file():
+        raise UsageError(
+            f"No such script: {script}.", "Name the training script as it is found from here (its path on the hosts is the same)."
+        )
+    notes: list[str] = []
+    compiles = target.slice and _has_compiler(target.device)
+    if options.get("--check") or (compiles and not options.get("--no-check")):
+        verdict, summary, fixes = check_verdict(script, args, target.text, _int(options, "--timeout", 600))
+        line = f"anydevice check --target {target.text}: {verdict.upper()}: {summary}"
+        if verdict in REFUSED and not options.get("--force"):
+            print(f"anydevice: error: {script} {verdict} on {target.text}, so no spec was written ({summary}).", file=sys.stderr)
+            for fix in fixes:
+                print(f"  fix: {fix}", file=sys.stderr)
+            print("  --force writes it anyway with this verdict in a comment; --no-check skips the check.", file=sys.stderr)
+            return 1
+        notes += [line, *(f"  fix: {fix}" for fix in fixes)] if verdict != "runs" else [line]
+    elif not compiles:
+        notes.append(f"not checked: {target.device} declares no compiler for its slices (--check runs anydevice check first)")
+    else:
+        notes.append("not checked (--no-check)")
+    text = write(engine, plan, tuple(notes))
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text)
+        if engine == "slurm":
+            os.chmod(out, 0o755)
+        print(f"anydevice: wrote {out} ({engine}, {target.text})", file=sys.stderr)
+    if options.get("--rehearse"):
+        return _rehearse(engine, plan, _int(options, "--timeout", 600))
+    return 0
+
+
+def _rehearse(engine: str, plan: Any, timeout: int) -> int:
+    from anydevice.launch_specs.rehearse import rehearse
+
+    runs = rehearse(engine, plan, timeout)
+    failed = [r for r in runs if r.returncode != 0]
+    for run in failed:
+        tail = "\n".join(run.stderr.strip().splitlines()[-15:])
+        print(f"anydevice: rehearsal host {run.host} exited {run.returncode}:\n{tail}", file=sys.stderr)
+    last = [line for r in runs for line in r.stdout.strip().splitlines()[-1:]]
+    if last:
+        print(last[0])
+    print(f"anydevice: rehearsed {engine} on {plan.target.hosts} host(s) here: {'failed' if failed else 'ok'}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _has_compiler(device: str) -> bool:
+    from anydevice.runtime.registry import get_registry
+
+    return get_registry().get(device).spec.check.slice_compiler is not None
+
+
+def _job_name(script: str) -> str:
+    """A job name from the script's file name (``train_llama.py`` -> ``train-llama``)."""
+    stem = "".join(c if c.isascii() and c.isalnum() else "-" for c in Path(script).stem.lower()).strip("-")
+    return stem[:40].strip("-") or "anydevice"

@@ -1,0 +1,176 @@
+"""What ``anydevice launch --target`` asks a cluster for: hosts, chips and processes per host, read from the chips catalogue.
+
+    tpu:v5e-16        a TPU slice as Cloud writes it: 4 hosts of 4 chips, topology 4x4 (one host: tpu:v5e-8)
+    cuda:h100x8       one host of 8 GPUs; cuda:h100x8x2: two such hosts
+    neuron:trn2-16    one trn2.48xlarge (16 Trainium2 chips, 64 NeuronCores at LNC=2); neuron:trn2-16x2: two
+    cpu               one host, one process (a rehearsal); cpu:2x3: 2 processes on each of 3 hosts
+
+The device is any name or alias the registry knows; the chip, its shapes (chips per host, hosts per slice,
+topology), devices per chip and Cloud's accelerator type come from the device's chips catalogue
+(``DeviceSpec.chips``, :mod:`anydevice.contract.chips`), never from a table here. A shape the chip does not come
+in, a zero count or a Unicode digit is refused with the valid choices. Pure data: imports neither torch nor a vendor.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from anydevice.errors import SelectionError
+
+if TYPE_CHECKING:
+    from anydevice.runtime.registry import Registry
+
+_VARIANT = re.compile(r"([a-z][a-z0-9]*?)[-x]([0-9]+)(?:x([0-9]+))?", flags=re.ASCII)
+_HOSTS = re.compile(r"([0-9]+)x([0-9]+)", flags=re.ASCII)
+MAX_HOSTS = 4096
+"""More hosts than this in one job is refused as a typo (the largest TPU pods have a few thousand hosts)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One launch target, resolved: what each host runs and what the cluster must provide.
+
+    :param text: the canonical spelling (``tpu:v5e-16``).
+    :param device: the registry's device name (``ANYDEVICE`` on every host).
+    :param chip: the chip's catalogue name (``v5e``), None for cpu.
+    :param model: the chip's model (``TPU v5e``, ``H100``), None for cpu.
+    :param hosts: machines in the job (a TPU slice's hosts, or the ``xN`` suffix).
+    :param chips_per_host: chips each host holds (0 for cpu).
+    :param processes: ``anydevice run -n`` on each host: chips times the runtime's devices per chip.
+    :param topology: the slice's dimensions (``4x4``), None where the vendor names none.
+    :param compiler_topology: the compiler's topology name (``v5e:4x4``), None where there is none.
+    :param accelerator_type: Cloud's accelerator type (``v5litepod-16``), None where there is none.
+    :param slice: True for a TPU-style slice whose hosts are one interconnected unit (asked for as one).
+    :param source: where the chip's facts come from (the catalogue's source and date).
+    :param chip_facts: the catalogue entry itself, for emitters that read one more declared fact.
+    """
+
+    text: str
+    device: str
+    chip: str | None
+    model: str | None
+    hosts: int
+    chips_per_host: int
+    processes: int
+    topology: str | None = None
+    compiler_topology: str | None = None
+    accelerator_type: str | None = None
+    slice: bool = False
+    source: str = "declared"
+    chip_facts: Any = None
+
+    @property
+    def chips(self) -> int:
+        """Chips in the whole job."""
+        return self.hosts * self.chips_per_host
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+
+def parse_target(text: str, registry: Registry | None = None) -> Target:
+    """``"tpu:v5e-16"`` -> :class:`Target`; an unknown device, chip or shape raises :class:`SelectionError` with the choices."""
+    from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.selection import _canonical_or_raise
+
+    registry = registry or get_registry()
+    raw = text.strip().lower()
+    name, _, variant = raw.partition(":")
+    device = _canonical_or_raise(name, registry)
+    chips = tuple(getattr(registry.get(device).spec, "chips", ()))
+    if not chips:
+        return _host_only(device, variant, text)
+    if not variant:
+        raise SelectionError(f"--target {text}: name a chip and a count.", "Choose one of: " + _examples(device, chips) + ".")
+    match = _VARIANT.fullmatch(variant)
+    if match is None:
+        raise SelectionError(f"--target {text!r} is not {device}:CHIP-COUNT.", "Choose one of: " + _examples(device, chips) + ".")
+    from anydevice.contract import chips as catalogue
+
+    chip = catalogue.chip_named(chips, match[1])
+    if chip is None:
+        near = catalogue.near_names(chips, match[1])
+        hint = f"Did you mean {device}:{near[0]}? " if near else ""
+        raise SelectionError(
+            f"--target {text}: {device} has no chip {match[1]!r}.", f"{hint}Choose one of: {_examples(device, chips)}."
+        )
+    count = int(match[2])
+    shape = chip.shape(count)
+    if shape is None:
+        names = chip.slice_names() or [f"{chip.name}-N"]
+        raise SelectionError(
+            f"--target {text}: {chip.model} does not come as {count} {_unit(chip)}.",
+            f"Valid {chip.name} shapes: {', '.join(device + ':' + n for n in names)}.",
+        )
+    topology = chip.topology_name(shape)
+    is_slice = topology is not None
+    hosts = shape.hosts * _nodes(match[3], text, is_slice, device, chip.name, count)
+    separator = variant[len(match[1])]  # as written: cuda:h100x8, neuron:trn2-16
+    suffix = f"x{match[3]}" if match[3] and int(match[3]) > 1 else ""
+    return Target(
+        text=f"{device}:{chip.name}{separator}{count}{suffix}",
+        device=device,
+        chip=chip.name,
+        model=chip.model,
+        hosts=hosts,
+        chips_per_host=shape.chips_per_host,
+        processes=shape.chips_per_host * chip.devices,
+        topology=shape.topology,
+        compiler_topology=topology,
+        accelerator_type=chip.accelerator_type_of(shape),
+        slice=is_slice,
+        source=f"{chip.source} (as of {chip.as_of})",
+        chip_facts=chip,
+    )
+
+
+def _nodes(text: str | None, target: str, is_slice: bool, device: str, chip: str, count: int) -> int:
+    if text is None:
+        return 1
+    nodes = int(text)
+    if is_slice:
+        raise SelectionError(
+            f"--target {target}: a {device} slice is one job of its own hosts; several slices (multislice) are not written.",
+            f"Name one larger slice instead of {device}:{chip}-{count}x{nodes}.",
+        )
+    if not 1 <= nodes <= MAX_HOSTS:
+        raise SelectionError(f"--target {target}: {nodes} hosts is outside 1..{MAX_HOSTS}.", "Name 1 or more hosts, e.g. x2.")
+    return nodes
+
+
+def _host_only(device: str, variant: str, text: str) -> Target:
+    """A device without chips (cpu): ``cpu`` is one process on one host, ``cpu:PxH`` P processes on each of H hosts."""
+    match = _HOSTS.fullmatch(variant) if variant else None
+    if variant and match is None:
+        raise SelectionError(
+            f"--target {text!r}: {device} has no chips to name; write {device}, or {device}:PROCESSESxHOSTS.",
+            f"e.g. {device}:1x2 (one process on each of two hosts).",
+        )
+    processes, hosts = (int(match[1]), int(match[2])) if match else (1, 1)
+    if not 1 <= processes <= 1024 or not 1 <= hosts <= MAX_HOSTS:
+        raise SelectionError(
+            f"--target {text}: {processes} process(es) on {hosts} host(s) is outside 1..1024 x 1..{MAX_HOSTS}.",
+            f"e.g. {device}:1x2.",
+        )
+    spelled = f"{device}:{processes}x{hosts}" if match else device
+    return Target(text=spelled, device=device, chip=None, model=None, hosts=hosts, chips_per_host=0, processes=processes)
+
+
+def _unit(chip: Any) -> str:
+    return "chips" if chip.counts == "chips" else "cores (the slice name counts cores)"
+
+
+def _examples(device: str, chips: tuple[Any, ...]) -> str:
+    """A few valid spellings per chip: the slice names where the chip has them, else CHIPxN."""
+    out = []
+    for chip in chips:
+        names = chip.slice_names()
+        if chip.topology_prefix and names:
+            out += [f"{device}:{n}" for n in names[:4]]
+        elif chip.shapes:
+            gpu_like = chip.cores == 1 and chip.counts == "chips"  # spelled as serve-spec does: cuda:h100x8, neuron:trn2-16
+            out.append(f"{device}:{chip.name}{'x' if gpu_like else '-'}{chip.count_of(chip.shapes[-1])}")
+    return ", ".join(out) if out else f"{device}:CHIP-COUNT"
