@@ -20,11 +20,9 @@ from anydevice.plugin import (
     FP8,
     NO_DOUBLE,
     CheckFacts,
-    Chip,
     Detection,
     DeviceSpec,
     Evidence,
-    GiB,
     Hardware,
     Launch,
     ModelServer,
@@ -34,123 +32,15 @@ from anydevice.plugin import (
     hookimpl,
     lazy_xla,
     settings,
+    tpu_slices,
     versions,
 )
 from anydevice.plugin import chips as catalogue
 from anydevice.plugin import detection as d
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
-DOCS = "Google Cloud TPU docs (system architecture, per generation)"
-TORCH_TPU = "torch_tpu 0.2.0 hardware tables (processes of a whole slice on one host)"
-PRICE = "Google Cloud TPU pricing, on-demand, us-central1 (list price per chip-hour, 2025)"
-_TWO_D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
-_THREE_D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8"}
-ONE_HOST = (1, 4, 8)
-"""v5e and v6e hosts: 1, 4 or 8 chips (also the process counts torch_tpu runs on one host)."""
-LITE = catalogue.grid_shapes(_TWO_D, per_host=4, single_host=ONE_HOST)
-"""v5e and v6e: one host of 1, 4 or 8 chips; a multi-host slice is hosts of 4 chips (``v5e-16``: 4 hosts, 4x4)."""
-CUBE = catalogue.grid_shapes(_THREE_D, per_host=4)
-"""v4, v5p, v7x: hosts of 4 chips in a 3D torus (``v5p-16``: 8 chips, 2 hosts, 2x2x2)."""
-CHIPS = (
-    Chip(
-        "v4",
-        "TPU v4",
-        DOCS,
-        "2026-12-07",
-        aliases=("tpu v4",),
-        pci_ids=("0x005e",),
-        cores=2,
-        counts="cores",
-        hbm_bytes=32 * GiB,
-        hbm_bandwidth=1200e9,
-        peak_bf16=275e12,
-        shapes=CUBE,
-        host_processes=(1, 2, 4, 8),
-        topology_prefix="v4",
-        accelerator_type="v4",
-        price_per_chip_hour=3.22,
-        price_source=PRICE,
-    ),
-    Chip(
-        "v5e",
-        "TPU v5e",
-        DOCS,
-        "2026-12-07",
-        aliases=("v5litepod", "v5lite", "TPU v5 lite"),
-        pci_ids=("0x0063",),
-        hbm_bytes=16 * GiB,
-        hbm_bandwidth=819e9,
-        peak_bf16=197e12,
-        interconnect_bandwidth=1600e9 / 8,
-        shapes=LITE,
-        host_processes=ONE_HOST,
-        topology_prefix="v5e",
-        accelerator_type="v5litepod",
-        price_per_chip_hour=1.20,
-        price_source=PRICE,
-    ),
-    Chip(
-        "v5p",
-        "TPU v5p",
-        DOCS,
-        "2026-12-07",
-        pci_ids=("0x0062",),
-        cores=2,
-        counts="cores",
-        hbm_bytes=95 * GiB,
-        hbm_bandwidth=2765e9,
-        peak_bf16=459e12,
-        interconnect_bandwidth=4800e9 / 8,
-        shapes=CUBE,
-        topology_prefix="v5p",
-        accelerator_type="v5p",
-        price_per_chip_hour=4.20,
-        price_source=PRICE,
-    ),
-    Chip(
-        "v6e",
-        "TPU v6e",
-        DOCS,
-        "2026-12-07",
-        aliases=("v6litepod", "TPU v6 lite", "trillium"),
-        pci_ids=("0x006f",),
-        hbm_bytes=32 * GiB,
-        hbm_bandwidth=1640e9,
-        peak_bf16=918e12,
-        interconnect_bandwidth=3584e9 / 8,
-        shapes=LITE,
-        host_processes=ONE_HOST,
-        topology_prefix="v6e",
-        accelerator_type="v6e",
-        llmd_label="tpu-v6e",
-        price_per_chip_hour=2.70,
-        price_source=PRICE,
-    ),
-    Chip(
-        "v7x",
-        "TPU v7",
-        DOCS + "; discuss.google.dev 'Optimizing frontier model training on TPU v7x' (HBM bandwidth)",
-        "2026-12-07",
-        aliases=("v7", "tpu7x", "ironwood", "TPU v7x"),
-        pci_ids=("0x0076",),
-        cores=2,
-        devices=2,
-        counts="cores",
-        hbm_bytes=192 * GiB,
-        hbm_bandwidth=7.38e12,
-        peak_bf16=2307e12,
-        peak_fp8=4614e12,
-        interconnect_bandwidth=1.2e12,
-        shapes=CUBE,
-        host_processes=(2, 4, 8),
-        topology_prefix="tpu7x",
-        accelerator_type="tpu7x",
-        llmd_label="tpu-v7x",
-    ),
-)
-"""The TPU generations, each fact once (Google Cloud TPU docs; torch_tpu's whole-slice tables). HBM is the
-datasheet's: libtpu states a little less as usable (v5e 15.75 GiB, v6e 31.25 GiB), and the compiled check reports
-which it used. Interconnect is ICI per chip as the docs state it (Gbps / 8); v4's is not stated per chip there."""
+DOCS, CHIPS = tpu_slices.DOCS, tpu_slices.CHIPS
+"""The TPU generations, each fact once (``anydevice.shims.tpu_slices``, which the slice compiler reads too)."""
 TPU_DEVICE_IDS = {pci: c.model.removeprefix("TPU ") for c in CHIPS for pci in c.pci_ids}
 """PCI device id -> the generation detection reports (``TPU v7``), read from :data:`CHIPS`."""
 PEAK_BF16_TFLOPS = catalogue.peaks_tflops(CHIPS)
@@ -181,7 +71,7 @@ CHECK_FACTS = CheckFacts(
     fallback="warnings",
     fallback_warning=r"<TorchTpu/Performance/",  # torch_tpu/_internal/warnings.py prefixes its fallback warnings
     compile_backends=COMPILE_BACKENDS,
-    sources=(f"{DOCS} (HBM per chip)", TORCH_TPU),
+    sources=(f"{DOCS} (HBM per chip)", tpu_slices.TORCH_TPU),
 )
 """What ``anydevice check`` and ``ad.capabilities()`` read for TPUs (no TPU op table is shipped: ops are not verified)."""
 

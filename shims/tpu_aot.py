@@ -51,8 +51,11 @@ Loss = StepLoss
 """The loss the step takes the gradient of (:class:`~anydevice.contract.check_facts.StepLoss`)."""
 
 
-def prepare_environment() -> None:
+def prepare_environment(slice_: Slice | None = None) -> None:
     """Point JAX at the CPU and libtpu at compile-only topologies, before JAX loads (no chip is opened).
+
+    ``TPU_ACCELERATOR_TYPE`` is the compiled slice's own (``v6e-8``; read when libtpu loads, so the first slice a
+    process compiles names it; the topology asked for wins for every compile).
 
     ``ALLOW_MULTIPLE_LIBTPU_LOAD``: libtpu takes ``/tmp/libtpu_lockfile`` and a second process that loads it
     would abort; a compile-only process never touches a chip, so several may load it knowingly.
@@ -61,7 +64,7 @@ def prepare_environment() -> None:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
-    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-8")
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", (slice_ or parse_slice(EXAMPLE)).accelerator_type)
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
@@ -169,7 +172,7 @@ def compile_step(
     if why:
         raise AnyDeviceError(f"A compiled check for tpu:{slice_.name} needs libtpu's compiler here: {why}.", EXTRA_FIX)
     _refuse_float64(model, args, kwargs or {})
-    prepare_environment()
+    prepare_environment(slice_)
     import jax
     from jax.experimental import topologies
 
@@ -197,6 +200,13 @@ def compile_step(
     per_chip = len(devices) // slice_.chips
     capacity = capacity_bytes(slice_.topology)
     result["capacity_bytes"] = capacity * per_chip if capacity else None
+    declared = slice_.chip.hbm_bytes
+    result["assumptions"].append(
+        f"capacity: {capacity * per_chip / 2**30:.2f} GiB per chip, as libtpu states it usable (the chips catalogue declares "
+        f"{declared / 2**30:g} GiB, {slice_.chip.source})"
+        if capacity and declared
+        else "capacity: libtpu stated none for this slice"
+    )
     try:
         compiled = program()
     except Exception as exc:

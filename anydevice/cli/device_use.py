@@ -29,21 +29,32 @@ _said_at_first_step = False
 
 
 def asked_device(value: str) -> str | None:
-    """The one device ``ANYDEVICE`` names (``"xla"`` for ``xla:0``), or None (unset, ``auto``, a list)."""
-    text = value.strip().lower()
-    if not text or "," in text or text == "auto":
+    """The one device ``ANYDEVICE`` names (``"xla"`` for ``xla:0``), or None (unset, ``auto``, a list, malformed).
+
+    Read by the one device grammar (:func:`anydevice.runtime.selection.parse`); a malformed value is the selection's
+    own error to report, not this check's.
+    """
+    from anydevice.errors import SelectionError
+    from anydevice.runtime.selection import parse
+
+    try:
+        request = parse(value)
+    except SelectionError:
         return None
-    return text.partition(":")[0] or None
+    return request.items[0].name if len(request.items) == 1 else None
 
 
 def unused_device(value: str) -> tuple[str, tuple[str, ...]] | None:
-    """The device ``ANYDEVICE=value`` names and its vendor modules, when it has some and none is imported; else None."""
+    """The device ``ANYDEVICE=value`` names and its vendor modules, when it has some and none is imported; else None.
+
+    Resolved through the registry in use (third-party plugins included), so a third-party device is covered too.
+    """
     name = asked_device(value)
     if name is None or "torch" not in sys.modules:
         return None
-    from anydevice.runtime.registry import builtin_registry
+    from anydevice.runtime.registry import get_registry
 
-    registry = builtin_registry()
+    registry = get_registry()
     canonical = registry.canonical(name)
     if canonical is None:
         return None

@@ -191,3 +191,93 @@ def host_processes(chips: Iterable[Chip]) -> dict[str, tuple[int, ...]]:
 def grid_shapes(dims: dict[int, str], *, per_host: int, single_host: tuple[int, ...] = ()) -> tuple[SliceShape, ...]:
     """Slice shapes from ``{chips: topology}``: ``single_host`` counts on one machine, the rest ``per_host`` chips a host."""
     return tuple(SliceShape(n, t, 1 if n in single_host else max(1, n // per_host)) for n, t in sorted(dims.items()))
+
+
+# -- the chip part of the device grammar (``tpu:v5e-8``, ``cuda:h200x8``), shared by every parser ------------------
+_COUNT = re.compile(r"[-x]([0-9]+)", flags=re.ASCII)
+_HEAD = re.compile(r"[a-z][a-z0-9]*", flags=re.ASCII)
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """``text`` as an error echoes it: control characters escaped, at most ``limit`` characters and then its length."""
+    safe = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    return safe if len(safe) <= limit else f"{safe[:limit]}… ({len(text):,} characters)"
+
+
+def valid_list(device: str, chips: Iterable[Chip], limit: int = 12) -> str:
+    """``"tpu:v4-8, tpu:v4-16, ..."``: what a device string may name, for an error's hint."""
+    chips = tuple(chips)
+    each = None if len(chips) == 1 else 3
+    names = [f"{device}:{n}" for c in chips for n in (c.slice_names()[:each] if c.shapes else [f"{c.name}-1"])]
+    return ", ".join(names[:limit]) + (", ..." if len(names) > limit else "")
+
+
+def parse_variant(chips: tuple[Chip, ...], variant: str, device: str, text: str | None = None) -> tuple[Chip, int | None]:
+    """``"v5e-8"`` -> (the v5e chip, 8); ``"h200"`` -> (H200, None): the chip by any of its names, and the count as written.
+
+    A chip no name matches is refused with the closest name and the valid list; a count not written with the ASCII
+    digits 0-9 (``v5e-²``) is refused. The count itself is judged by :func:`shape_for`.
+    """
+    from anydevice.errors import SelectionError
+
+    text = text or f"{device}:{variant}"
+    if not chips:
+        raise SelectionError(
+            f"'{shown(text)}': {device} names no slices or chips (its plugin declares none).",
+            f"Write {device}, or {device}:N for a device index.",
+        )
+    best: tuple[Chip, str] | None = None
+    for chip in chips:
+        for name in chip.names:
+            if variant.startswith(name) and (best is None or len(name) > len(best[1])):
+                best = (chip, name)
+    if best is not None:
+        chip, name = best
+        rest = variant[len(name) :]
+        if not rest:
+            return chip, None
+        match = _COUNT.fullmatch(rest)
+        if match is not None:
+            return chip, int(match.group(1))
+        if not _HEAD.fullmatch(rest.lstrip("-x")):  # a count, badly written (not a longer, unknown chip name)
+            raise SelectionError(
+                f"Bad count in '{shown(text)}': write it with the ASCII digits 0-9 after '-' (or 'x').",
+                f"Valid: {valid_list(device, [chip])}.",
+            )
+    head = _HEAD.match(variant)
+    unknown = head.group() if head else variant
+    unknown = re.sub(r"x[0-9]+$", "", unknown)
+    near = near_names(chips, unknown)
+    hint = f"Did you mean '{near[0]}'? " if near else ""
+    raise SelectionError(
+        f"Unknown {device} chip '{shown(unknown)}' in '{shown(text)}'.",
+        f"{hint}Known {device} chips: {', '.join(c.name for c in chips)} (e.g. {valid_list(device, chips, 4)}).",
+    )
+
+
+def shape_for(chip: Chip, count: int, device: str, text: str | None = None) -> SliceShape:
+    """The shape ``count`` (as a slice name writes it) means for ``chip``; a clear refusal with the valid counts.
+
+    Refused: 0, a count that is not a whole number of chips (``v7x-7``: TensorCores come 2 a chip), and a count no
+    host or slice of the chip has (``v6e-7``; an absurd 40-digit one).
+    """
+    from anydevice.errors import SelectionError
+
+    text = text or f"{device}:{chip.name}-{count}"
+    valid = f"Valid: {valid_list(device, [chip], 64)}." if chip.shapes else f"Write a count from 1 to {MAX_COUNT:,}."
+    what = chip.counts
+    if count == 0:
+        raise SelectionError(f"'{shown(text)}' asks for 0 {what}: a count is 1 or more.", valid)
+    if count % chip.per_count:
+        raise SelectionError(
+            f"'{shown(text)}': no {chip.name} slice has {shown(str(count), 24)} {what}: it counts {what}, {chip.per_count} "
+            "per chip, and that is not a whole number of chips.",
+            valid,
+        )
+    shape = chip.shape(count)
+    if shape is None:
+        raise SelectionError(
+            f"'{shown(text)}': no {chip.name} slice has {shown(str(count), 24)} {what} (no host or slice of that size).",
+            valid,
+        )
+    return shape

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from anydevice.contract.chips import Chip
+from anydevice.contract.chips import Chip, shape_for
 from anydevice.contract.device_spec import ModelServer
 from anydevice.errors import SelectionError, UnsupportedFeatureError
 from anydevice.runtime.registry import Registry, get_registry
@@ -32,7 +32,6 @@ CONNECTORS = {"nixl": "NixlConnector", "nixl-host": "NixlConnector", "mooncake":
 PORTS = {"prefill": {"vllm": 8000}, "decode": {"vllm": 8200, "sidecar": 8000}}
 """Declared: the decode server listens behind llm-d's routing sidecar (its port), the prefill server directly."""
 POD_IP = "$(POD_IP)"
-_VARIANT = re.compile(r"([a-z][a-z0-9]*?)(?:[-x]([0-9]+))?", flags=re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -106,22 +105,16 @@ class ServerSpec:
 
 
 def parse_device(text: str, registry: Registry | None = None) -> tuple[str, str | None, int | None]:
-    """``name[:chip[-|x]count]`` -> (canonical device, chip or None, count or None); did-you-mean for a typo."""
-    registry = registry or get_registry()
-    name, _, variant = text.strip().lower().partition(":")
-    canonical = registry.canonical(name)
-    if canonical is None:
-        close = difflib.get_close_matches(name, [*registry.devices, *registry.aliases], n=1, cutoff=0.6)
-        hint = f" Did you mean '{registry.canonical(close[0])}'?" if close else ""
-        raise SelectionError(f"Unknown device '{name}'.{hint}", "Known devices: " + ", ".join(registry.names()) + ".")
-    if not variant:
-        return canonical, None, None
-    if variant.isdigit():
-        return canonical, None, int(variant)
-    match = _VARIANT.fullmatch(variant)
-    if match is None:
-        raise SelectionError(f"'{text}' is not name:chip-count.", "Write e.g. tpu:v6e-8, cuda:h200x8, neuron:trn1-2.")
-    return canonical, match.group(1), int(match.group(2)) if match.group(2) else None
+    """``name[:chip[-|x]count]`` -> (canonical device, chip or None, count or None), by the one device grammar
+    (:func:`anydevice.runtime.selection.parse_ref`); a bare number is a count here (``cpu:2``), and 0 is refused."""
+    from anydevice.runtime.selection import parse_ref
+
+    ref = parse_ref(text, registry)
+    if ref.index is not None:
+        if ref.index == 0:
+            raise SelectionError(f"'{text}' asks for 0 of {ref.name}: a count is 1 or more.", f"Write e.g. {ref.name}:1.")
+        return ref.name, None, ref.index
+    return ref.name, ref.chip.name if ref.chip is not None else None, ref.count
 
 
 def declared_server(device: str, engine: str = "vllm", registry: Registry | None = None) -> ModelServer:
@@ -152,10 +145,11 @@ def _chip(device: str, chips: dict[str, Chip], chip: str | None) -> tuple[str | 
         return None, None
     name = chip or next(iter(chips))
     found = next((c for c in chips.values() if name in c.names), None)
-    if found is None:
-        close = difflib.get_close_matches(name, list(chips), n=1, cutoff=0.5)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise SelectionError(f"Unknown {device} chip '{name}'.{hint}", f"Known {device} chips: {', '.join(chips)}.")
+    if found is None:  # a chip of the device's catalogue (the grammar checked) that declares no llm-d label
+        raise SelectionError(
+            f"The {device} chip '{name}' has no llm-d model server: its plugin declares no llm-d accelerator label for it.",
+            f"serve-spec offers {device} chips: {', '.join(chips)}.",
+        )
     return found.name, found
 
 
@@ -192,15 +186,8 @@ def model_server(
     server = declared_server(name, engine, registry)
     chip_name, chip = _chip(name, serving_chips(name, registry), chip_name)
     per_chip = chip.devices if chip else 1
-    per_count = chip.per_count if chip else 1
-    count = count or per_count
-    if count % per_count:
-        raise SelectionError(
-            f"{device}: {chip_name} counts {chip.counts if chip else 'chips'}, {per_count} per chip; {count} is not a whole "
-            "number of chips.",
-            f"Use a multiple of {per_count}, e.g. {name}:{chip_name}-{per_count * 4}.",
-        )
-    chips = count // per_count
+    count = count or (chip.per_count if chip else 1)
+    chips = shape_for(chip, count, name, device).chips if chip else count
     config = dict(server.connector)
     notes: list[str] = []
     if connector is not None:

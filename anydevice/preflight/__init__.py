@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 
 def targets_of(target: str | Sequence[str]) -> list[str]:
     """Canonical device names for ``target`` (``"tpu,neuron"`` or a list); an unknown name raises ``UnknownDeviceError``."""
-    from anydevice.preflight.compiled import canonical_slice, split_target
+    from anydevice.preflight.compiled import canonical_slice
     from anydevice.runtime.registry import get_registry
-    from anydevice.runtime.selection import _canonical_or_raise
+    from anydevice.runtime.selection import parse_ref
 
     names = [t.strip() for t in (target.split(",") if isinstance(target, str) else target) if t.strip()]
     if not names:
@@ -34,9 +34,9 @@ def targets_of(target: str | Sequence[str]) -> list[str]:
     registry = get_registry()
     out = []
     for name in names:
-        device, slice_name = split_target(name)  # "tpu:v5e-8": the plugin's facts and a step compiled for that slice
-        canonical = _canonical_or_raise(device.lower(), registry)
-        out.append(f"{canonical}:{canonical_slice(canonical, slice_name)}" if slice_name else canonical)
+        ref = parse_ref(name, registry)  # "tpu:v5e-8": the plugin's facts and a step compiled for that slice
+        slice_name = ref.slice_name or (ref.chip.name if ref.chip is not None else None)
+        out.append(f"{ref.name}:{canonical_slice(ref.name, slice_name)}" if slice_name else ref.name)
     return list(dict.fromkeys(out))
 
 

@@ -22,10 +22,10 @@ MSE_OPS = frozenset({"aten::mse_loss"})
 
 def split_target(target: str) -> tuple[str, str | None]:
     """``"tpu:v5e-8"`` -> ``("tpu", "v5e-8")``: a device and a slice its compiler names; ``"tpu"``, ``"cuda:1"`` -> (it, None)."""
-    name, sep, rest = target.strip().partition(":")
-    if sep and rest and not rest.isdigit():
-        return name, rest
-    return target.strip(), None
+    from anydevice.runtime.selection import split_ref
+
+    name, _, variant = split_ref(target.strip())  # the one grammar (anydevice.runtime.selection)
+    return (name, variant) if variant is not None else (target.strip(), None)
 
 
 @functools.cache

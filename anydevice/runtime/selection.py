@@ -1,9 +1,15 @@
 """The selection grammar and its resolution against the registry.
 
-Grammar::
+Grammar (the one grammar of device strings: ``ANYDEVICE``, roles, ``check --target``, ``serve-spec --device`` and the
+no-silent-CPU-run check all parse here)::
 
     request := "auto" | item ("," item)*
     item    := name [":" index]        name: a device name or alias; index: ASCII digits 0-9 only
+    ref     := name [":" (index | chip [("-" | "x") count])]     (:func:`parse_ref`: check, serve-spec, launch)
+
+Written as is: lower case, no spaces or tabs (``' CPU\t'`` is refused with "did you mean 'cpu'"). A chip is one of
+the device's :attr:`~anydevice.contract.device_spec.DeviceSpec.chips` (any of its names); its count is one the chip
+comes in (a host or a slice: ``tpu:v6e-7`` and ``tpu:v6e-0`` are refused with the valid list).
 
 A single named device that is not usable is an error (never a silent fallback). ``auto`` picks
 the available device with the highest priority; a list picks its first available entry. Both
@@ -17,7 +23,9 @@ import re
 import weakref
 from dataclasses import dataclass, field
 
-from anydevice.contract.device_spec import Detection, is_valid_name
+from anydevice.contract.chips import Chip, SliceShape, parse_variant, shape_for
+from anydevice.contract.chips import shown as short
+from anydevice.contract.device_spec import Detection, DeviceSpec, is_valid_name
 from anydevice.errors import (
     DeviceUnavailableError,
     NoDeviceAvailableError,
@@ -27,7 +35,6 @@ from anydevice.errors import (
     VersionMismatchError,
 )
 from anydevice.runtime.registry import Registry
-from anydevice.runtime.untrusted import clean
 
 AUTO = "auto"
 _INDEX = re.compile(r"[0-9]+", flags=re.ASCII)  # str.isdigit() also takes '²' and '١' (Arabic-Indic one)
@@ -76,17 +83,16 @@ def parse(text: str) -> Request:
             f"A device selection must be a string such as 'cpu', 'cuda:1' or 'auto', not {type(text).__name__} ({text!r}).",
             "Pass the device name as a string, e.g. ad.use('cpu').",
         )
-    raw = text.strip().lower()
-    shown = clean(text)  # echoed in errors: a raw escape sequence from the environment must not reach the terminal
-    if not raw:
+    if not text.strip():
         raise SelectionError(
             "The device selection is empty.", "Set ANYDEVICE to a device name, a list such as 'tpu,cuda,cpu', or 'auto'."
         )
+    raw = as_written(text)
+    shown = short(text)  # echoed in errors: escaped (no raw escape sequence reaches the terminal) and cut
     if raw == AUTO:
         return Request(raw)
     items: list[Item] = []
     for part in raw.split(","):
-        part = part.strip()
         if not part:
             raise SelectionError(
                 f"Malformed device list '{shown}': it has an empty entry.",
@@ -97,25 +103,107 @@ def parse(text: str) -> Request:
                 f"Malformed device list '{shown}': 'auto' cannot be combined with other entries.",
                 "Use ANYDEVICE=auto alone, or list the devices in order of preference.",
             )
-        name, sep, index_text = part.partition(":")
-        name = name.strip()
-        if not is_valid_name(name):
+        name, index, variant = split_ref(part)
+        if variant is not None:
             raise SelectionError(
-                f"Malformed device name '{clean(name)}' in '{shown}'.",
-                "Device names are lower-case letters, digits, '-' or '_', e.g. cuda or cuda:1.",
+                f"Bad device index {short(variant, 40)!r} in '{short(part)}': the index must be a non-negative integer "
+                "written with the ASCII digits 0-9.",
+                f"Write it as {name}:0, {name}:1, ... (a chip and count, {name}:CHIP-N, is for check --target and serve-spec)",
             )
-        index: int | None = None
-        if sep:
-            index_text = index_text.strip()
-            if not _INDEX.fullmatch(index_text):
-                raise SelectionError(
-                    f"Bad device index {index_text!r} in '{clean(part)}': the index must be a non-negative integer "
-                    "written with the ASCII digits 0-9.",
-                    f"Write it as {name}:0, {name}:1, ...",
-                )
-            index = int(index_text)
         items.append(Item(name, index))
     return Request(raw, tuple(items))
+
+
+def as_written(text: str) -> str:
+    """``text`` when it is written as the grammar writes it (lower case, no whitespace); else a refusal naming the fix."""
+    fixed = "".join(text.split()).lower()
+    if fixed != text:
+        what = "upper-case letters" if text != text.lower() else "spaces or tabs"
+        if text != text.lower() and "".join(text.split()) != text:
+            what = "upper-case letters and spaces or tabs"
+        raise SelectionError(
+            f"'{short(text)}' is not a device string as written: it has {what}. Did you mean '{short(fixed)}'?",
+            "Device strings are lower case, without spaces or tabs: e.g. cpu, cuda:1, tpu,cuda,cpu.",
+        )
+    return text
+
+
+def split_ref(text: str) -> tuple[str, int | None, str | None]:
+    """``"cuda:1"`` -> ("cuda", 1, None); ``"tpu:v5e-8"`` -> ("tpu", None, "v5e-8"); ``"cpu"`` -> ("cpu", None, None).
+
+    The syntax only (no registry): a malformed name, an empty part after ``:``, or an index written with other digits
+    than ASCII 0-9 (``cuda:١``) is refused here.
+    """
+    name, sep, rest = text.partition(":")
+    if not is_valid_name(name):
+        raise SelectionError(
+            f"Malformed device name '{short(name, 40)}' in '{short(text)}'.",
+            "Device names are lower-case letters, digits, '-' or '_', e.g. cuda or cuda:1.",
+        )
+    if not sep:
+        return name, None, None
+    if _INDEX.fullmatch(rest):
+        return name, int(rest), None
+    if not rest or not (rest[0].isascii() and rest[0].isalpha()):  # a chip starts with a letter; else it is an index
+        raise SelectionError(
+            f"Bad device index {short(rest, 40)!r} in '{short(text)}': the index must be a non-negative integer "
+            "written with the ASCII digits 0-9.",
+            f"Write it as {name}:0, {name}:1, ...",
+        )
+    return name, None, rest
+
+
+@dataclass(frozen=True)
+class DeviceRef:
+    """One device as a string names it, resolved with its declaration: ``cuda:1``, ``tpu:v5e-8``, ``cuda:h200x8``.
+
+    ``index``: a device of the host; or ``chip`` (from the device's chips catalogue) and ``count`` as the string
+    writes it (chips, or cores where the chip counts cores: ``v5p-8`` is 4 chips), with the ``shape`` it means
+    (chips, hosts, topology). ``role``: the role it was given for (``ANYDEVICE_ROLES``), if any.
+    """
+
+    text: str
+    name: str
+    spec: DeviceSpec
+    index: int | None = None
+    chip: Chip | None = None
+    count: int | None = None
+    shape: SliceShape | None = None
+    role: str | None = None
+
+    @property
+    def slice_name(self) -> str | None:
+        """``"v5e-8"`` (the chip's own name and the count), or None without a chip."""
+        return f"{self.chip.name}-{self.count}" if self.chip is not None and self.count is not None else None
+
+    def __str__(self) -> str:
+        if self.slice_name is not None:
+            return f"{self.name}:{self.slice_name}"
+        if self.chip is not None:
+            return f"{self.name}:{self.chip.name}"
+        return self.name if self.index is None else f"{self.name}:{self.index}"
+
+
+def parse_ref(text: str, registry: Registry | None = None, *, role: str | None = None) -> DeviceRef:
+    """Parse and resolve one device string (``ref`` above) against ``registry`` (default: the one in use).
+
+    Refused here, once, each with the valid list: a name no plugin provides (did you mean), a chip the device does
+    not declare (its chips listed), a count of 0, one no host or slice of the chip has (``tpu:v6e-7``, a 40-digit
+    count), a count not written with ASCII digits (``tpu:v5e-²``), and text not written as the grammar writes it.
+    """
+    from anydevice.runtime.registry import get_registry
+
+    if not isinstance(text, str) or not text.strip():
+        raise SelectionError("No device given.", "Name a device such as cpu, cuda:1 or tpu:v5e-8 (see `anydevice list`).")
+    registry = registry or get_registry()
+    name, index, variant = split_ref(as_written(text))
+    canonical = _canonical_or_raise(name, registry)
+    spec = registry.get(canonical).spec
+    if variant is None:
+        return DeviceRef(text, canonical, spec, index=index, role=role)
+    chip, count = parse_variant(spec.chips, variant, canonical, text)
+    shape = shape_for(chip, count, canonical, text) if count is not None else None
+    return DeviceRef(text, canonical, spec, chip=chip, count=count, shape=shape, role=role)
 
 
 def resolve(text: str, registry: Registry) -> Choice:

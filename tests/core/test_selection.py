@@ -62,9 +62,9 @@ def registry() -> Registry:
     ("text", "items"),
     [
         ("cpu", (Item("cpu"),)),
-        ("  CUDA:1 ", (Item("cuda", 1),)),
+        ("cuda:1", (Item("cuda", 1),)),
         ("tpu,cuda,cpu", (Item("tpu"), Item("cuda"), Item("cpu"))),
-        ("tpu, cuda:0 ,cpu", (Item("tpu"), Item("cuda", 0), Item("cpu"))),
+        ("tpu,cuda:0,cpu", (Item("tpu"), Item("cuda", 0), Item("cpu"))),
         ("auto", ()),
     ],
 )
@@ -84,7 +84,12 @@ def test_parse_accepts(text: str, items: tuple[Item, ...]) -> None:
         ("cuda:", "non-negative integer"),
         ("auto,cpu", "cannot be combined"),
         ("1cuda", "Malformed device name"),
-        ("cu da", "Malformed device name"),
+        ("cu da", "Did you mean 'cuda'"),
+        ("  CUDA:1 ", "Did you mean 'cuda:1'"),  # issue 46: case and spaces are refused with the fix, not folded silently
+        (" CPU\t", "Did you mean 'cpu'"),
+        ("Cpu:0", "Did you mean 'cpu:0'"),
+        ("tpu, cuda:0 ,cpu", "Did you mean 'tpu,cuda:0,cpu'"),
+        ("cuda:\u0661", "ASCII digits"),
     ],
 )
 def test_parse_rejects_malformed(text: str, fragment: str) -> None:
