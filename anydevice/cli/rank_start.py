@@ -162,7 +162,8 @@ def asked_on_rank0() -> str | None:
 
 
 def watch_first_step() -> None:
-    """Say before the first optimizer step when the device asked for is not used (:mod:`.device_use`); torch is imported."""
+    """Say at the first step (backward pass or optimizer step) when the device asked for is not used (:mod:`.device_use`);
+    torch is imported."""
     asked = asked_on_rank0()
     if asked is None:
         return
@@ -216,28 +217,36 @@ def run(target: str, args: list[str], is_module: bool = False, path0: str | None
                 from anydevice import cuda_compat
 
                 cuda_compat.enable()  # before the script runs: redirects CUDA calls (idempotent)
+        from anydevice import device_agnostic  # standard library only: acts at the script's first import of torch
+
+        device_agnostic.install()  # torch.accelerator answers for the selected device (nothing where cuda-compat is on)
         if "torch" in sys.modules:
             watch_first_step()
         elif asked_on_rank0() is not None:
             sys.meta_path.insert(0, _WatchOnTorchImport())
         from anydevice.runtime.script_main import run_as_main  # standard library only
 
+        ended_well = False
         try:
             run_as_main(target, is_module, check_module)
+            ended_well = True
+        except SystemExit as exc:
+            ended_well = exc.code in (None, 0)
+            raise
         finally:
-            say_if_device_unused()
+            say_if_device_unused(ended_well)
 
 
-def say_if_device_unused() -> None:
+def say_if_device_unused(ended_well: bool = True) -> None:
     """At the rank's end: one line on rank 0 when the device ``ANYDEVICE`` asked for was never used and the
-    first optimizer step did not say so (:mod:`.device_use`)."""
+    first step did not say so, or, when the program ended well, when it never stepped (:mod:`.device_use`)."""
     asked = asked_on_rank0()
     if asked is None:
         return
-    from anydevice.cli.device_use import never_used_line
+    from anydevice.cli.device_use import exit_line
 
     try:
-        line = never_used_line(asked, cuda_compat_asked())
+        line = exit_line(asked, cuda_compat_asked(), ended_well)
     except Exception as exc:  # the script's own outcome is what the rank ends with
         line = f"anydevice: could not tell whether ANYDEVICE={asked.strip()} was used: {exc}"
     if line:
