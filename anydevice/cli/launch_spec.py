@@ -95,7 +95,8 @@ def _int(options: dict[str, Any], name: str, default: int) -> int:
 
 
 def check_verdict(script: str, args: list[str], target: str, timeout: int) -> tuple[str, str, list[str]]:
-    """``anydevice check SCRIPT --target TARGET --json`` in a child: (verdict, summary, fixes); its usage error raised."""
+    """``anydevice check SCRIPT --target TARGET --json`` in a child: (verdict, its worst finding, fixes); a check that
+    could not run is an error saying why."""
     command = [sys.executable, "-m", "anydevice", "check", script, *args, "--target", target, "--json", "--timeout", str(timeout)]
     done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode not in (0, 1):
@@ -105,9 +106,12 @@ def check_verdict(script: str, args: list[str], target: str, timeout: int) -> tu
             "Fix that, or pass --no-check to write the spec unchecked.",
         )
     report = json.loads(done.stdout)
-    (verdict,) = report["targets"]
-    fixes = [f for f in verdict.get("fixes", []) if f]
-    return str(verdict["verdict"]), str(verdict["summary"]), fixes
+    (judged,) = report["targets"]
+    errors = [f for f in judged["findings"] if f["severity"] == "error"] or judged["findings"]
+    reason = (
+        (errors[0]["message"] + (f" ({errors[0]['line']})" if errors[0].get("line") else "")) if errors else judged["summary"]
+    )
+    return str(judged["verdict"]), str(reason), [f for f in judged.get("fixes", []) if f]
 
 
 def main(argv: list[str]) -> int:
@@ -126,6 +130,10 @@ def main(argv: list[str]) -> int:
     if "--port" in options:
         kwargs["port"] = _int(options, "--port", 0)
     plan = Plan(target, script, tuple(args), **kwargs)
+    if options.get("--rehearse"):
+        from anydevice.launch_specs.rehearse import require_cpu
+
+        require_cpu(plan)
     out = Path(options["--out"]) if "--out" in options else None
     if out is not None and out.exists() and not options.get("--force"):
         raise UsageError(f"--out {out} exists.", "Choose another file, or pass --force to replace it.")
@@ -136,10 +144,11 @@ def main(argv: list[str]) -> int:
     notes: list[str] = []
     compiles = target.slice and _has_compiler(target.device)
     if options.get("--check") or (compiles and not options.get("--no-check")):
-        verdict, summary, fixes = check_verdict(script, args, target.text, _int(options, "--timeout", 600))
-        line = f"anydevice check --target {target.text}: {verdict.upper()}: {summary}"
+        checked = target.text if compiles else target.device  # a slice is compiled for; another device is judged
+        verdict, reason, fixes = check_verdict(script, args, checked, _int(options, "--timeout", 600))
+        line = f"anydevice check --target {checked}: {verdict.upper()}: {reason}"
         if verdict in REFUSED and not options.get("--force"):
-            print(f"anydevice: error: {script} {verdict} on {target.text}, so no spec was written ({summary}).", file=sys.stderr)
+            print(f"anydevice: error: {script} {verdict} on {checked}, so no spec was written: {reason}", file=sys.stderr)
             for fix in fixes:
                 print(f"  fix: {fix}", file=sys.stderr)
             print("  --force writes it anyway with this verdict in a comment; --no-check skips the check.", file=sys.stderr)

@@ -52,18 +52,6 @@ def gke_accelerator(plan: Plan) -> str:
     return str(declared)
 
 
-def resource_key(device: str) -> str | None:
-    """The Kubernetes extended resource the device's chips are counted in (declared by its plugin), or None (cpu)."""
-    from anydevice.runtime.registry import get_registry
-
-    serving = get_registry().get(device).spec.serving
-    for engine in serving.values():
-        server = getattr(engine, "model_server", None)
-        if server is not None and server.resource:
-            return str(server.resource)
-    return None
-
-
 def command(plan: Plan) -> str:
     """The container's shell script: install anydevice where the image lacks it, then the start command."""
     install = f"command -v anydevice >/dev/null 2>&1 || {plan.install()}"
@@ -84,9 +72,9 @@ def pod_spec(plan: Plan) -> dict[str, Any]:
         "env": env,
         "ports": [{"containerPort": plan.port, "name": "rendezvous"}],
     }
-    key = resource_key(target.device)
-    if key is not None and target.chips_per_host:
-        container["resources"] = {"limits": {key: target.chips_per_host}, "requests": {key: target.chips_per_host}}
+    key, chips = target.resource, target.chips_per_host
+    if key is not None and chips:
+        container["resources"] = {"limits": {key: chips}, "requests": {key: chips}}
     spec: dict[str, Any] = {"restartPolicy": "Never"}
     if target.slice:
         spec["nodeSelector"] = {

@@ -57,6 +57,15 @@ def environment(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def require_cpu(plan: Plan) -> None:
+    """Refuse to rehearse a target whose hosts are not this machine."""
+    if plan.target.device != "cpu":
+        raise UsageError(
+            f"--rehearse runs every host on this machine, so it takes a cpu target, not {plan.target.text}.",
+            f"Rehearse with --target cpu:1x{plan.target.hosts} (the same spec with the cpu device), then write the real one.",
+        )
+
+
 def free_slurm_job_id() -> int:
     """A job id whose derived rendezvous port (``PORT_BASE + id % PORT_SPAN``) is free here now."""
     from anydevice.distributed.slurm import PORT_BASE, PORT_SPAN
@@ -74,11 +83,7 @@ def free_slurm_job_id() -> int:
 
 def rehearse(engine: str, plan: Plan, timeout: float = 300.0) -> list[HostRun]:
     """Run ``plan``'s spec for ``engine`` here, every host at once; one :class:`HostRun` per host (SLURM: one)."""
-    if plan.target.device != "cpu":
-        raise UsageError(
-            f"--rehearse runs every host on this machine, so it takes a cpu target, not {plan.target.text}.",
-            f"Rehearse with --target cpu:1x{plan.target.hosts} (the same spec with the cpu device), then write the real one.",
-        )
+    require_cpu(plan)
     if engine == "slurm":
         return [_rehearse_slurm(plan, timeout)]
     hosts = plan.target.hosts

@@ -43,6 +43,8 @@ class Target:
     :param compiler_topology: the compiler's topology name (``v5e:4x4``), None where there is none.
     :param accelerator_type: Cloud's accelerator type (``v5litepod-16``), None where there is none.
     :param slice: True for a TPU-style slice whose hosts are one interconnected unit (asked for as one).
+    :param resource: the Kubernetes extended resource the chips are counted in (``google.com/tpu``), as the plugin
+        declares it; None where there is none (cpu).
     :param source: where the chip's facts come from (the catalogue's source and date).
     :param chip_facts: the catalogue entry itself, for emitters that read one more declared fact.
     """
@@ -58,6 +60,7 @@ class Target:
     compiler_topology: str | None = None
     accelerator_type: str | None = None
     slice: bool = False
+    resource: str | None = None
     source: str = "declared"
     chip_facts: Any = None
 
@@ -122,9 +125,19 @@ def parse_target(text: str, registry: Registry | None = None) -> Target:
         compiler_topology=topology,
         accelerator_type=chip.accelerator_type_of(shape),
         slice=is_slice,
+        resource=resource_key(registry, device),
         source=f"{chip.source} (as of {chip.as_of})",
         chip_facts=chip,
     )
+
+
+def resource_key(registry: Registry, device: str) -> str | None:
+    """The Kubernetes extended resource the device's chips are counted in, as its plugin declares it (serving)."""
+    for engine in registry.get(device).spec.serving.values():
+        server = getattr(engine, "model_server", None)
+        if server is not None and server.resource:
+            return str(server.resource)
+    return None
 
 
 def _nodes(text: str | None, target: str, is_slice: bool, device: str, chip: str, count: int) -> int:
