@@ -56,12 +56,23 @@ def _on_torch() -> Any:
 
 
 def _refuse(error: Exception) -> Any:
-    """An ``on_torch`` that raises ``error`` (a bad ``ANYDEVICE_CUDA_COMPAT``) at the script's first ``import torch``."""
+    """An ``on_torch`` that refuses every ``import torch`` of the script (a bad ``ANYDEVICE_CUDA_COMPAT``).
+
+    Each import ends the program with one line naming the value and the fix (:class:`SystemExit`: no
+    traceback), the first and every later one alike: a program that catches the first cannot go on with
+    cuda-compat silently off.
+    """
+    line = "anydevice: " + " ".join(str(error).split("\n"))
 
     def on_torch() -> Any:
         if exempted():
             return None
-        raise error
+        from anydevice.cuda_compat.scope import installed_hook
+
+        hook = installed_hook()
+        if hook is not None:
+            hook.waiting = True  # the next import of torch is refused too
+        raise SystemExit(line)
 
     return on_torch
 
@@ -70,8 +81,8 @@ def install() -> None:
     """Enable cuda-compat at the script's first ``import torch``, or now if torch is imported already.
 
     The ``.pth`` line calls this at interpreter start; ``import anydevice.cuda_compat`` calls it too. A value
-    of ``ANYDEVICE_CUDA_COMPAT`` that is not yes/no is raised at the script's first ``import torch`` (not at
-    interpreter start, where every Python program of the environment would die of it).
+    of ``ANYDEVICE_CUDA_COMPAT`` that is not yes/no refuses each ``import torch`` of the script with one line
+    (:func:`_refuse`; not at interpreter start, where every Python program of the environment would die of it).
     """
     from anydevice.errors import AnyDeviceError
 

@@ -86,6 +86,13 @@ def test_a_bad_request_is_an_error_at_import_torch_not_a_silent_off() -> None:
     assert maybe.returncode == 1 and "ran" not in maybe.stdout
     assert "ANYDEVICE_CUDA_COMPAT='maybe' is not a yes/no value" in maybe.stderr
     assert "Error processing line" not in maybe.stderr  # raised at the script's import, not at interpreter start
+    assert maybe.stderr.splitlines() == [  # issue 46: one line, no traceback
+        "anydevice: ANYDEVICE_CUDA_COMPAT='maybe' is not a yes/no value. Set ANYDEVICE_CUDA_COMPAT=1 (on) or "
+        "ANYDEVICE_CUDA_COMPAT=0 (off), or unset it."
+    ], maybe.stderr
+    caught = "try:\n    import torch\nexcept BaseException:\n    print('caught')\nimport torch\nprint('ran')"
+    again = python("-c", caught, env={**ON, "ANYDEVICE_CUDA_COMPAT": "maybe"})  # refused every time, never silently off
+    assert again.returncode == 1 and again.stdout == "caught\n" and again.stderr.count("is not a yes/no value") == 1
     unparsed = python("-c", "import torch; print('ran')", env={**ON, "ANYDEVICE": "cpu:zz"})
     assert unparsed.returncode == 1 and "ran" not in unparsed.stdout
     assert "Bad device index 'zz' in 'cpu:zz'" in unparsed.stderr

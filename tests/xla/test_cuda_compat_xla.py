@@ -405,7 +405,7 @@ def test_a_torch_accelerator_script_says_before_its_first_step_that_xla_is_not_u
     plain = lines()
     said = [i for i, line in enumerate(plain) if "anydevice: ANYDEVICE=xla was asked for" in line]
     assert len(said) == 1 and said[0] < plain.index("step 0 on cpu"), plain
-    assert "torch_xla is not imported at its first optimizer step, so this step runs on the CPU" in plain[said[0]]
+    assert "torch_xla is not imported at its first backward pass, so this step runs on the CPU" in plain[said[0]]
     assert not any("never used" in line for line in plain), plain  # not repeated at exit
     compat = lines("--cuda-compat")
     assert "step 2 on xla" in compat and not any("anydevice: ANYDEVICE" in line for line in compat), compat
