@@ -5,10 +5,11 @@
     neuron:trn2-16    one trn2.48xlarge (16 Trainium2 chips, 64 NeuronCores at LNC=2); neuron:trn2-16x2: two
     cpu               one host, one process (a rehearsal); cpu:2x3: 2 processes on each of 3 hosts
 
-The device is any name or alias the registry knows; the chip, its shapes (chips per host, hosts per slice,
-topology), devices per chip and Cloud's accelerator type come from the device's chips catalogue
-(``DeviceSpec.chips``, :mod:`anydevice.contract.chips`), never from a table here. A shape the chip does not come
-in, a zero count or a Unicode digit is refused with the valid choices. Pure data: imports neither torch nor a vendor.
+The device, chip and count are read by the one device grammar (:func:`anydevice.runtime.selection.parse_ref`,
+which refuses a shape the chip does not come in, a zero count or a Unicode digit with the valid choices); launch
+adds only how many hosts. Chips per host, hosts per slice, topology, devices per chip and Cloud's accelerator type
+come from the device's chips catalogue (``DeviceSpec.chips``), never from a table here. Imports neither torch nor a
+vendor.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from anydevice.errors import SelectionError
 if TYPE_CHECKING:
     from anydevice.runtime.registry import Registry
 
-_VARIANT = re.compile(r"([a-z][a-z0-9]*?)[-x]([0-9]+)(?:x([0-9]+))?", flags=re.ASCII)
+_ON_HOSTS = re.compile(r"(.+:.*[-x][0-9]+)x([0-9]+)", flags=re.ASCII)
+"""``cuda:h100x8x2``: a host's shape, then how many such hosts."""
 _HOSTS = re.compile(r"([0-9]+)x([0-9]+)", flags=re.ASCII)
 MAX_HOSTS = 4096
 """More hosts than this in one job is refused as a typo (the largest TPU pods have a few thousand hosts)."""
@@ -75,47 +77,48 @@ class Target:
 
 
 def parse_target(text: str, registry: Registry | None = None) -> Target:
-    """``"tpu:v5e-16"`` -> :class:`Target`; an unknown device, chip or shape raises :class:`SelectionError` with the choices."""
+    """``"tpu:v5e-16"`` -> :class:`Target`; an unknown device, chip or shape raises :class:`SelectionError` with the choices.
+
+    The device and chip are read by the one device grammar (:func:`anydevice.runtime.selection.parse_ref`); launch
+    adds only the hosts: ``xN`` after a host's shape, or ``PxH`` for a device without chips.
+    """
+    from anydevice.contract import chips as catalogue
     from anydevice.runtime.registry import get_registry
-    from anydevice.runtime.selection import _canonical_or_raise
+    from anydevice.runtime.selection import parse_ref
 
     registry = registry or get_registry()
-    raw = text.strip().lower()
-    name, _, variant = raw.partition(":")
-    device = _canonical_or_raise(name, registry)
-    chips = tuple(getattr(registry.get(device).spec, "chips", ()))
-    if not chips:
-        return _host_only(device, variant, text)
-    if not variant:
-        raise SelectionError(f"--target {text}: name a chip and a count.", "Choose one of: " + _examples(device, chips) + ".")
-    match = _VARIANT.fullmatch(variant)
-    if match is None:
-        raise SelectionError(f"--target {text!r} is not {device}:CHIP-COUNT.", "Choose one of: " + _examples(device, chips) + ".")
-    from anydevice.contract import chips as catalogue
-
-    chip = catalogue.chip_named(chips, match[1])
-    if chip is None:
-        near = catalogue.near_names(chips, match[1])
-        hint = f"Did you mean {device}:{near[0]}? " if near else ""
+    hosts_match = _ON_HOSTS.fullmatch(text)
+    base, nodes_text = (hosts_match[1], hosts_match[2]) if hosts_match else (text, None)
+    name, _, variant = text.partition(":")
+    if variant and _HOSTS.fullmatch(variant):  # cpu:1x2: a device without chips, P processes on H hosts
+        ref = parse_ref(name, registry)
+        if ref.spec.chips:
+            raise SelectionError(
+                f"--target {text}: {ref.name} names a chip and a count.",
+                f"Choose one of: {catalogue.valid_list(ref.name, ref.spec.chips, 6)}.",
+            )
+        return _host_only(ref.name, variant, text)
+    ref = parse_ref(base, registry)
+    chip, shape = ref.chip, ref.shape
+    if ref.index is not None and not ref.spec.chips:
         raise SelectionError(
-            f"--target {text}: {device} has no chip {match[1]!r}.", f"{hint}Choose one of: {_examples(device, chips)}."
+            f"--target {text}: {ref.name}:{ref.index} is a device index, not a launch target.",
+            f"Write {ref.name}, or {ref.name}:PROCESSESxHOSTS (e.g. {ref.name}:1x2: one process on each of two hosts).",
         )
-    count = int(match[2])
-    shape = chip.shape(count)
-    if shape is None:
-        names = chip.slice_names() or [f"{chip.name}-N"]
+    if ref.index is not None or (ref.spec.chips and (chip is None or shape is None)):
         raise SelectionError(
-            f"--target {text}: {chip.model} does not come as {count} {_unit(chip)}.",
-            f"Valid {chip.name} shapes: {', '.join(device + ':' + n for n in names)}.",
+            f"--target {text}: a launch target names a chip and a count, or a slice.",
+            f"Choose one of: {catalogue.valid_list(ref.name, ref.spec.chips, 6) or ref.name}.",
         )
+    if chip is None or shape is None:
+        return _host_only(ref.name, "", text)
     topology = chip.topology_name(shape)
     is_slice = topology is not None
-    hosts = shape.hosts * _nodes(match[3], text, is_slice, device, chip.name, count)
-    separator = variant[len(match[1])]  # as written: cuda:h100x8, neuron:trn2-16
-    suffix = f"x{match[3]}" if match[3] and int(match[3]) > 1 else ""
+    hosts = shape.hosts * _nodes(nodes_text, text, is_slice, ref.name, chip.name, ref.count or 0)
+    suffix = f"x{nodes_text}" if nodes_text and int(nodes_text) > 1 else ""
     return Target(
-        text=f"{device}:{chip.name}{separator}{count}{suffix}",
-        device=device,
+        text=f"{ref}{suffix}",  # as the grammar writes it: tpu:v5e-16, cuda:h100-8x2
+        device=ref.name,
         chip=chip.name,
         model=chip.model,
         hosts=hosts,
@@ -125,7 +128,7 @@ def parse_target(text: str, registry: Registry | None = None) -> Target:
         compiler_topology=topology,
         accelerator_type=chip.accelerator_type_of(shape),
         slice=is_slice,
-        resource=resource_key(registry, device),
+        resource=resource_key(registry, ref.name),
         source=f"{chip.source} (as of {chip.as_of})",
         chip_facts=chip,
     )
@@ -170,20 +173,3 @@ def _host_only(device: str, variant: str, text: str) -> Target:
         )
     spelled = f"{device}:{processes}x{hosts}" if match else device
     return Target(text=spelled, device=device, chip=None, model=None, hosts=hosts, chips_per_host=0, processes=processes)
-
-
-def _unit(chip: Any) -> str:
-    return "chips" if chip.counts == "chips" else "cores (the slice name counts cores)"
-
-
-def _examples(device: str, chips: tuple[Any, ...]) -> str:
-    """A few valid spellings per chip: the slice names where the chip has them, else CHIPxN."""
-    out = []
-    for chip in chips:
-        names = chip.slice_names()
-        if chip.topology_prefix and names:
-            out += [f"{device}:{n}" for n in names[:4]]
-        elif chip.shapes:
-            gpu_like = chip.cores == 1 and chip.counts == "chips"  # spelled as serve-spec does: cuda:h100x8, neuron:trn2-16
-            out.append(f"{device}:{chip.name}{'x' if gpu_like else '-'}{chip.count_of(chip.shapes[-1])}")
-    return ", ".join(out) if out else f"{device}:CHIP-COUNT"

@@ -46,17 +46,17 @@ def test_a_target_is_read_from_the_catalogue(
 @pytest.mark.parametrize(
     ("text", "said", "choices"),
     [
-        ("tpu:v5e-12", "TPU v5e does not come as 12 chips", "tpu:v5e-16"),
-        ("tpu:v5e-0", "TPU v5e does not come as 0 chips", "tpu:v5e-8"),
-        ("tpu:v5p-12", "TPU v5p does not come as 12 cores", "tpu:v5p-16"),
+        ("tpu:v5e-12", "no v5e slice has 12 chips", "tpu:v5e-16"),
+        ("tpu:v5e-0", "asks for 0 chips", "tpu:v5e-8"),
+        ("tpu:v5p-12", "no v5p slice has 12 cores", "tpu:v5p-16"),
         ("tpu:v5e-16x2", "several slices (multislice) are not written", "one larger slice"),
-        ("tpu:v9z-8", "tpu has no chip 'v9z'", "tpu:v5e-8"),
-        ("tpu:v6f-8", "tpu has no chip 'v6f'", "Did you mean tpu:v6e?"),
-        ("tpu", "name a chip and a count", "tpu:v5e-16"),
-        ("tpu:v5e-１６", "is not tpu:CHIP-COUNT", "tpu:v5e-8"),  # a full-width digit is not a count
-        ("cuda:h100x9", "H100 does not come as 9 chips", "cuda:h100-8"),
+        ("tpu:v9z-8", "Unknown tpu chip 'v9z'", "Known tpu chips: v4, v5e, v5p, v6e, v7x"),
+        ("tpu:v6f-8", "Unknown tpu chip 'v6f'", "Did you mean 'v6e'?"),
+        ("tpu", "a launch target names a chip and a count, or a slice", "tpu:v5e-8"),
+        ("tpu:v5e-１６", "write it with the ASCII digits 0-9", "tpu:v5e-8"),  # a full-width digit is not a count
+        ("cuda:h100x9", "no h100 slice has 9 chips", "cuda:h100-8"),
         ("cuda:h100x8x0", "0 hosts is outside", "x2"),
-        ("cpu:2", "cpu has no chips to name", "cpu:1x2"),
+        ("cpu:2", "cpu:2 is a device index, not a launch target", "cpu:1x2"),
         ("tpuu:v5e-8", "Unknown device", "tpu"),
     ],
 )
@@ -71,8 +71,8 @@ def test_the_cli_refuses_a_bad_target_in_one_line_without_a_traceback() -> None:
     result = cli_in_process("launch", str(TRAIN), "--target", "tpu:v5e-12", "--emit", "jobset")
     assert result.returncode == 2
     assert result.stdout == ""
-    assert result.stderr.startswith("anydevice: error: --target tpu:v5e-12: TPU v5e does not come as 12 chips")
-    assert "Valid v5e shapes: tpu:v5e-1, tpu:v5e-4, tpu:v5e-8, tpu:v5e-16" in result.stderr
+    assert result.stderr.startswith("anydevice: error: 'tpu:v5e-12': no v5e slice has 12 chips")
+    assert "Valid: tpu:v5e-1, tpu:v5e-4, tpu:v5e-8, tpu:v5e-16" in result.stderr
     assert "Traceback" not in result.stderr
 
 
