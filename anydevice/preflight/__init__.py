@@ -102,6 +102,7 @@ def check(
 
     names = targets_of(target)
     require_compiler(names)
+    refuse_closure_optimizer(optimizer)
     args = (
         example_inputs if isinstance(example_inputs, tuple) and not isinstance(example_inputs, torch.Size) else (example_inputs,)
     )
@@ -132,7 +133,7 @@ def check(
                     raise
             observer.recorder.in_optimizer = False
     observer.steps_done = 1
-    observer.optimizer_stepped(opt, work)
+    observer.optimizer_stepped([opt] if opt is not None else [], work)
     if meta and observer.memory is not None:
         observer.memory.estimated_from = "meta shapes"
         if not stepped and opt is not None:  # its step has no meta kernel here: the state from the optimizer's kind
@@ -143,6 +144,26 @@ def check(
     if meta:
         result.kind = FROM_SHAPES
     return result
+
+
+def refuse_closure_optimizer(optimizer: torch.optim.Optimizer | None) -> None:
+    """An optimizer whose ``step`` needs a closure (LBFGS) is refused by name: ``ad.check`` steps it once, without one."""
+    import inspect
+
+    if optimizer is None:
+        return
+    try:
+        closure = inspect.signature(type(optimizer).step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return  # a step without a readable signature: stepped as any other
+    if closure is not None and closure.default is inspect.Parameter.empty:
+        kind = type(optimizer).__name__
+        raise AnyDeviceError(
+            f"ad.check cannot step {kind}: its step needs a closure that recomputes the loss "
+            f"({kind}.step(closure)), and ad.check steps the optimizer once, without one.",
+            f"Check the script that steps it (`anydevice check train.py`, which runs its own {kind}.step(closure)), "
+            "or pass an optimizer with the same state (Adam, SGD) to ad.check.",
+        )
 
 
 STATE_COPIES = {"Adam": 2, "AdamW": 2, "Adamax": 2, "NAdam": 2, "RAdam": 2, "Adagrad": 1, "Adadelta": 2, "Rprop": 2, "ASGD": 2}

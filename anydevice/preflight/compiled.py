@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from anydevice.errors import AnyDeviceError
-from anydevice.preflight.schema import CompiledStep, Finding, Verdict
+from anydevice.preflight.schema import CompiledStep, Finding, OptimizerUse, Verdict
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -115,19 +115,45 @@ def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 2**30:.2f} GiB"
 
 
-def compiled_memory(step: CompiledStep, findings: list[Finding]) -> list[Verdict]:
-    """The compiler's answer as findings: it replaces the CPU estimate's memory verdict for a slice target."""
+def compiled_memory(step: CompiledStep, findings: list[Finding], optimizers: Sequence[OptimizerUse] = ()) -> list[Verdict]:
+    """The compiler's answer as findings: it replaces the CPU estimate's memory verdict for a slice target.
+
+    The compiled step holds one optimizer (the one that updates the observed model). A script that steps more
+    (a GAN's two) is answered for that part only: "will not fit" stands (the part alone does not fit), and so does
+    a lower bound that adds the other optimizers' parameters and state (resident on the chip, sharded at best by
+    the mesh's fsdp and tp degrees) when it exceeds the capacity; otherwise the verdict is "partly checked", never "fits".
+    """
     where = f"{step.compiler} for {step.topology} ({step.counting}), mesh " + ", ".join(f"{a}={d}" for a, d in step.mesh.items())
+    partial = _partial(step, optimizers)
     if step.ok:
         total, capacity = step.per_chip_bytes.get("total"), step.capacity_bytes
         share = f" ({100 * total / capacity:.0f}%)" if total is not None and capacity else ""
         collectives = ", ".join(f"{n} {name}" for name, n in step.collectives.items()) or "none"
+        said = "fits" if partial is None else "the compiled part fits"
         message = (
-            f"compiled by {where}: {_gib(total)} per chip of {_gib(capacity)}{share}, fits; "
+            f"compiled by {where}: {_gib(total)} per chip of {_gib(capacity)}{share}, {said}; "
             f"collectives {collectives}; {step.seconds:g} s (compiled, not run)"
         )
         findings.append(Finding(check="memory", severity="info", message=message))
-        return []
+        if partial is None:
+            return []
+        message, outside = partial
+        at_least = (total or 0) + outside
+        if capacity and at_least > capacity:
+            findings.append(
+                Finding(
+                    check="memory",
+                    severity="error",
+                    message=f"will not fit: {message}; with their parameters and state the step needs at least "
+                    f"{_gib(at_least)} per chip of {_gib(capacity)}",
+                    fix="shard parameters and optimizer state over the slice (--mesh fsdp=-1), or a chip with more HBM",
+                )
+            )
+            return ["will not fit"]
+        findings.append(Finding(check="memory", severity="error", message=f"partly checked: {message}", fix=PARTIAL_FIX))
+        return ["partly checked"]
+    if partial is not None:
+        findings.append(Finding(check="memory", severity="warning", message=f"partly checked: {partial[0]}"))
     if step.fits is False:
         need = f"needs {_gib(step.required_bytes)} per chip of {_gib(step.capacity_bytes)}: " if step.required_bytes else ""
         fix = (
@@ -148,6 +174,41 @@ def compiled_memory(step: CompiledStep, findings: list[Finding]) -> list[Verdict
         )
     )
     return ["will not compile"]
+
+
+PARTIAL_FIX = (
+    "check each model's step on its own (ad.check(model, inputs, target=..., optimizer=its optimizer)); "
+    "the compiled check builds one model's step with one optimizer"
+)
+
+
+def _partial(step: CompiledStep, optimizers: Sequence[OptimizerUse]) -> tuple[str, int] | None:
+    """Which part of the script's step the compiled one covers, and the per-chip bytes (a lower bound) of the
+    other optimizers' parameters and state outside it; None when the script steps at most one optimizer."""
+    if len(optimizers) < 2:
+        return None
+    compiled = next((o for o in optimizers if o.updates_model), optimizers[0])
+    others = [o for o in optimizers if o is not compiled]
+    outside = [o for o in others if not o.updates_model]  # parameters the compiled model does not have
+    shards = step.mesh.get("fsdp", 1) * step.mesh.get("tp", 1)
+    per_chip = max(step.devices // step.chips, 1) if step.chips else 1
+    outside_bytes = sum(o.parameter_bytes + o.state_bytes for o in outside) // shards * per_chip
+    where = f" at {compiled.line}" if compiled.line else ""
+    listed = "; ".join(
+        f"{o.name} of {o.parameters:,} parameters ({_mb(o.parameter_bytes + o.state_bytes)} with its state)"
+        + (f" at {o.line}" if o.line else "")
+        + ("" if not o.updates_model else ", updating the same model: its rule is not in the program")
+        for o in others
+    )
+    message = (
+        f"this script steps {len(optimizers)} optimizers; the compiled answer covers one (the {compiled.name} stepped{where}, "
+        f"updating the model called first); not in it: {listed}"
+    )
+    return message, outside_bytes
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
 
 
 def stopped_step(target: str, why: str) -> CompiledStep:

@@ -32,6 +32,7 @@ T = TypeVar("T")
 ORDER: tuple[Verdict, ...] = (
     "runs",
     "runs with CPU fallbacks",
+    "partly checked",
     "will recompile",
     "will not launch",
     "will not fit",
@@ -216,6 +217,7 @@ def judge(target: str, facts: CheckFacts, obs: Observation, owner: str | None = 
         "runs": "runs",
         "runs with CPU fallbacks": f"runs with {len(fallbacks)} CPU fallback(s)",
         "will recompile": f"will recompile {recompiles} time(s)",
+        "partly checked": f"partly checked (the compiled step covers 1 of {len(obs.optimizers)} optimizers)",
     }.get(verdict, verdict)
     rank = {"error": 0, "warning": 1, "info": 2}
     fixes = list(dict.fromkeys(f.fix for f in sorted(findings, key=lambda f: rank[f.severity]) if f.fix and f.severity != "info"))
@@ -341,10 +343,15 @@ def _shapes(facts: CheckFacts, obs: Observation, findings: list[Finding], fallba
                 check="shapes",
                 severity="warning" if facts.static_shapes else "info",
                 message=f"the last batch of every epoch has {short.last} row(s), not {short.batch_size} "
-                f"({short.rows} rows are not a whole number of batches)"
-                + (": one more compile per epoch on a static-shape target (from the dataset's length)" if extra else ""),
+                f"({short.rows} {'items of ' + short.sampler if short.sampler else 'rows'} are not a whole number of batches)"
+                + (
+                    ": one more compile per epoch on a static-shape target "
+                    f"(from the {'sampler' if short.sampler else 'dataset'}'s length)"
+                    if extra
+                    else ""
+                ),
                 line=short.line,
-                fix=DROP_LAST_FIX if facts.static_shapes else None,
+                fix=short.fix + " (only the last batch differs)" if facts.static_shapes else None,
             )
         )
     if not facts.static_shapes:
@@ -366,6 +373,18 @@ def _shapes(facts: CheckFacts, obs: Observation, findings: list[Finding], fallba
 
 
 def _capture(facts: CheckFacts, obs: Observation, findings: list[Finding]) -> None:
+    compiled = obs.source_calls.get("torch.compile")
+    if compiled is not None and obs.run is not None:  # the runner ran the script with dynamo off
+        findings.append(
+            Finding(
+                check="capture",
+                severity="info",
+                message="the script calls torch.compile: its steps ran here with dynamo off (eagerly, the same math), "
+                "so the model's calls and optimizer steps inside the compiled function were seen; the graphs and "
+                "breaks reported are dynamo's capture of the model's forward",
+                line=compiled,
+            )
+        )
     cap = obs.capture
     if cap.error:
         findings.append(Finding(check="capture", severity="info", message=f"torch._dynamo.explain failed: {cap.error}"))
@@ -381,7 +400,7 @@ def _memory(facts: CheckFacts, obs: Observation, findings: list[Finding], target
     if target in obs.compiled:  # a TPU slice: libtpu's own answer replaces the CPU estimate against the table
         from anydevice.preflight.compiled import compiled_memory
 
-        return compiled_memory(obs.compiled[target], findings)
+        return compiled_memory(obs.compiled[target], findings, obs.optimizers)
     mem = obs.memory
     if mem is None or not facts.memory_per_chip:
         findings.append(
@@ -389,8 +408,9 @@ def _memory(facts: CheckFacts, obs: Observation, findings: list[Finding], target
         )
         return []
     need = mem.total
+    state = f"{mem.optimizers} optimizers' ({mem.optimizer})" if mem.optimizers > 1 else mem.optimizer or "optimizer"
     parts = (
-        f"parameters {_gib(mem.parameters)} + gradients {_gib(mem.gradients)} + {mem.optimizer or 'optimizer'} state "
+        f"parameters {_gib(mem.parameters)} + gradients {_gib(mem.gradients)} + {state} state "
         f"{_gib(mem.optimizer_state)} + activations ~{_gib(mem.activations)} = {_gib(need)} per replica"
         + (
             " (from meta shapes: activations are what a meta forward saved for backward)"

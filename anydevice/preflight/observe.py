@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -24,6 +24,7 @@ from anydevice.preflight.schema import (
     GraphBreak,
     Memory,
     Observation,
+    OptimizerUse,
     OpUse,
     ShortLastBatch,
     Signature,
@@ -263,6 +264,8 @@ class Observer:
         self.short_last: ShortLastBatch | None = None
         self.script_mesh: dict[str, int] | None = None
         self.script_mesh_line: str | None = None
+        self.optimizer_uses: dict[int, list[Any]] = {}  # id -> [optimizer, steps, line of its first step]
+        self.optimizers: list[OptimizerUse] = []
 
     def caller(self) -> str | None:
         """``file:line`` of the user's code calling in now (the first frame outside torch and anydevice)."""
@@ -289,19 +292,44 @@ class Observer:
             yield
         self.activations = _bytes(saved)
 
-    def optimizer_stepped(self, optimizer: torch.optim.Optimizer | None, model: torch.nn.Module | None = None) -> None:
-        """After the first step: parameters, gradients and the optimizer's real state."""
-        params = [p for group in optimizer.param_groups for p in group["params"]] if optimizer is not None else []
-        if not params and model is not None:
-            params = list(model.parameters())
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer stepped: counted, with the user's line of its first step."""
+        use = self.optimizer_uses.get(id(optimizer))
+        if use is None:
+            self.optimizer_uses[id(optimizer)] = [optimizer, 1, self.caller()]
+        else:
+            use[1] += 1
+
+    def optimizer_stepped(self, optimizers: Sequence[torch.optim.Optimizer], model: torch.nn.Module | None = None) -> None:
+        """After the steps: parameters, gradients and every optimizer's real state (a GAN's two optimizers, both)."""
+        params: list[torch.Tensor] = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
+        held = {id(p) for p in params}
+        model_ids = {id(p) for p in model.parameters()} if model is not None else set()
+        if model is not None:
+            params += [p for p in model.parameters() if id(p) not in held]  # a model no optimizer updates still holds them
         grads = [p.grad if p.grad is not None else p for p in params if p.requires_grad]
-        state = [v for s in optimizer.state.values() for v in s.values()] if optimizer is not None else []
+        self.optimizers = []
+        for opt in optimizers:
+            own = [p for group in opt.param_groups for p in group["params"]]
+            _, steps, line = self.optimizer_uses.get(id(opt), (opt, 1, None))
+            self.optimizers.append(
+                OptimizerUse(
+                    name=type(opt).__name__,
+                    parameters=sum(p.numel() for p in {id(p): p for p in own}.values()),
+                    parameter_bytes=_bytes(own),
+                    state_bytes=_bytes(_state_tensors(opt)),
+                    steps=steps,
+                    line=line,
+                    updates_model=any(id(p) in model_ids for p in own),
+                )
+            )
         self.memory = Memory(
             parameters=_bytes(params),
             gradients=_bytes(grads),
-            optimizer_state=_bytes(state),
+            optimizer_state=sum(use.state_bytes for use in self.optimizers),
             activations=self.activations,
-            optimizer=type(optimizer).__name__ if optimizer is not None else None,
+            optimizer=" + ".join(use.name for use in self.optimizers) or None,
+            optimizers=len(self.optimizers),
         )
 
     def finish(self, cuda_calls: list[CudaCall] | None = None, inventory: bool = True) -> Observation:
@@ -332,6 +360,7 @@ class Observer:
             data_dependent=[op for op in ops if op.op in DATA_DEPENDENT]
             + [OpUse(op=MASKED, calls=c, line=line, before_step=before) for c, line, before in self.recorder.masks.values()],
             memory=self.memory,
+            optimizers=self.optimizers,
             cuda_calls=cuda_calls or [],
             world_size=self.world_size,
             mesh=self.mesh,
@@ -343,6 +372,13 @@ class Observer:
             short_last_batch=self.short_last,
             versions={"torch": torch.__version__},
         )
+
+
+def _state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The tensors of an optimizer's state (AdamW's moments and step counters; LBFGS's direction history, in lists)."""
+    from torch.utils._pytree import tree_leaves
+
+    return [v for v in tree_leaves([dict(s) for s in optimizer.state.values()]) if isinstance(v, torch.Tensor)]
 
 
 def _short_last(batches: list[str]) -> bool:

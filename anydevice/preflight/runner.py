@@ -11,9 +11,11 @@ script runs on; without MESH it is the mesh checked, and without WORLD_SIZE the 
 fixed degrees.
 
 The hooks wrap ``DataLoader.__iter__`` (each batch's signature, and a short last batch), the top-level
-``Module.__call__`` (the model and its first inputs; the first step's ops under
-:class:`~anydevice.preflight.observe.OpRecorder`) and every optimizer step (a global post hook: memory after
-the first step, a stop after the N-th). The step boundary is the optimizer step: a script without a
+``Module.__call__`` (the model and its first inputs; the first iteration's ops under
+:class:`~anydevice.preflight.observe.OpRecorder`) and every optimizer step (global hooks: each optimizer the
+script steps is recorded, a GAN's two included, with its parameters and state; the first iteration ends at the
+step of the optimizer that updates the model; the run stops after N steps, at the end of an iteration). A
+``@torch.compile``'d step runs with dynamo off (eagerly, the same math), so its calls and steps are seen. The step boundary is the optimizer step: a script without a
 DataLoader (a ``get_batch()`` of its own) is observed from the model's calls, whose inputs give the
 signatures. Only calls with gradients on count (an evaluation under ``torch.no_grad()`` is not the step).
 Then the observation is written to OUT as JSON. A script that fails first writes ``{"error": ...}``.
@@ -21,11 +23,12 @@ Then the observation is written to OUT as JSON. A script that fails first writes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +36,9 @@ import torch
 import torch.utils.data
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from anydevice.preflight.epoch import short_last_batch
 from anydevice.preflight.observe import Observer, OpRecorder
-from anydevice.preflight.schema import CpuRun, CudaCall, ShortLastBatch
+from anydevice.preflight.schema import CpuRun, CudaCall
 from anydevice.preflight.scratch import ScratchView
 from anydevice.preflight.source_calls import calls_in
 from anydevice.runtime.script_main import run_as_main
@@ -52,6 +56,10 @@ class Hooks:
         self.loader_seen = False
         self.depth = 0
         self.optimizer: torch.optim.Optimizer | None = None
+        """The optimizer that updates the observed model (None until it steps)."""
+        self.optimizers: list[torch.optim.Optimizer] = []
+        """Every optimizer stepped, in the order of their first steps."""
+        self.iteration_done = False
         self.recording = False
         self.model: torch.nn.Module | None = None
         """The module of the first training call (its later calls give the signatures when there is no DataLoader)."""
@@ -83,8 +91,8 @@ class Hooks:
         def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             if hooks.depth or not torch.is_grad_enabled() or not any(p.requires_grad for p in module.parameters()):
                 return hooks.nested(module_call, module, args, kwargs)  # inside the model, or not a training call
-            if hooks.observer.steps_done:
-                hooks.stop_recording()  # the first iteration ended: its ops after the optimizer step are in
+            if hooks.iteration_done:
+                hooks.stop_recording()  # the first iteration ended: its ops after the optimizer steps are in
             if not hooks.loader_seen and (hooks.model is None or module is hooks.model):
                 hooks.observer.batch((args, kwargs))  # no DataLoader: the model's inputs are the batches
             if hooks.observer.model is None:
@@ -108,14 +116,7 @@ class Hooks:
         self.loader_seen = True
         if self.observer.steps_done == 0 and self.observer.model is not None:
             self.restart()  # a model call before the loop (a warm-up on a dummy input) is not the step
-        size, rows = loader.batch_size, None
-        try:
-            dataset: Any = loader.dataset  # a map-style dataset has a length; an iterable one raises TypeError
-            rows = len(dataset)
-        except TypeError:
-            pass  # an IterableDataset: its length is unknown
-        if size and rows and not loader.drop_last and rows % size:
-            self.observer.short_last = ShortLastBatch(rows=rows, batch_size=size, last=rows % size, line=self.observer.caller())
+        self.observer.short_last = short_last_batch(loader, self.observer.world_size, self.observer.caller())
 
     def restart(self) -> None:
         """Forget the model call seen so far: the observation starts again at the next one."""
@@ -155,7 +156,14 @@ class Hooks:
             self.script_mesh = (degrees, self.observer.caller())
 
     def stepping(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.observer.model is not None and any(optimizer is o for o in self.optimizers) and not self.iteration_done:
+            self.end_iteration()  # an optimizer steps a second time: the first iteration (every optimizer once) is in
         self.observer.recorder.in_optimizer = True
+
+    def end_iteration(self) -> None:
+        """The first iteration ended: what follows is after its step (a logging read); recording ends at the next model call."""
+        self.iteration_done = True
+        self.observer.recorder.stepped = True
 
     def nested(self, module_call: Any, module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
         self.depth += 1
@@ -170,16 +178,49 @@ class Hooks:
             self.observer.recorder.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # TorchDispatchMode.__exit__ is untyped
 
     def stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """After each optimizer step. Every optimizer is recorded (a GAN steps two); the iteration ends at the step of
+        the one that updates the observed model, and the run stops after N steps at the end of an iteration."""
         self.observer.recorder.in_optimizer = False
-        self.optimizer = self.optimizer or optimizer
         if self.observer.model is None:
             return  # an optimizer stepped before the model ran on a loader batch
+        if not any(optimizer is o for o in self.optimizers):
+            self.optimizers.append(optimizer)
+        updates_model = self.updates_model(optimizer)
+        if updates_model and self.optimizer is None:
+            self.optimizer = optimizer  # the compiled step's optimizer: the one that updates the observed model
+        self.observer.optimizer_step(optimizer)
         self.observer.steps_done += 1
-        if self.observer.steps_done == 1:
-            self.observer.recorder.stepped = True
-            self.observer.optimizer_stepped(optimizer, self.observer.model)
-        if self.observer.steps_done >= self.observer.steps:
+        if updates_model and not self.iteration_done:
+            self.end_iteration()
+        enough = self.observer.steps_done >= self.observer.steps
+        last_of_cycle = optimizer is self.optimizers[-1]  # the next step starts the cycle again (a GAN: D's step, then G's)
+        waited = self.optimizer is not None or self.observer.steps_done >= 4 * self.observer.steps + 16
+        if enough and last_of_cycle and waited:
             raise _Enough
+
+    def updates_model(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether ``optimizer`` holds a parameter of the observed model."""
+        model = self.observer.model
+        ids = {id(p) for p in model.parameters()} if model is not None else set()
+        return any(id(p) in ids for group in optimizer.param_groups for p in group["params"])
+
+    def compiled_optimizer(self) -> torch.optim.Optimizer | None:
+        """The optimizer of the compiled step: the one that updates the observed model, else the first stepped."""
+        return self.optimizer or (self.optimizers[0] if self.optimizers else None)
+
+
+@contextlib.contextmanager
+def _eager() -> Iterator[None]:
+    """Dynamo off while the script runs: a ``@torch.compile``'d step (or model) runs eagerly, the same math, so its
+    model calls and optimizer steps reach the hooks; dynamo is back for the capture analysis afterwards."""
+    import torch._dynamo
+
+    before = torch._dynamo.config.disable
+    torch._dynamo.config.disable = True
+    try:
+        yield
+    finally:
+        torch._dynamo.config.disable = before
 
 
 def _cuda_calls() -> list[CudaCall]:
@@ -207,7 +248,8 @@ def main(argv: list[str]) -> int:
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))  # the script's own modules import as under `python SCRIPT`
     try:
-        run_as_main(script)  # its objects live on as ``__main__``, as under ``python SCRIPT``
+        with _eager():
+            run_as_main(script)  # its objects live on as ``__main__``, as under ``python SCRIPT``
     except _Enough:
         pass
     except SystemExit as exc:
@@ -222,6 +264,8 @@ def main(argv: list[str]) -> int:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return _error(out, {"error": f"{type(exc).__name__}: {first}", "line": where, "stdin": isinstance(exc, EOFError)})
     hooks.stop_recording()
+    if observer.steps_done:
+        observer.optimizer_stepped(hooks.optimizers, observer.model)  # every optimizer stepped, with its state
     if observer.model is None:
         return _error(out, {"error": "no_model"})
     if observer.steps_done == 0 and not hooks.loader_seen:
@@ -261,7 +305,9 @@ def _compile(request: dict[str, Any], hooks: Hooks, observation: Any, out: Path)
     for target in request["targets"]:
         out.with_name(COMPILING).write_text(target)
         try:
-            step = compile_slices(model, hooks.observer.args, hooks.observer.kwargs, hooks.optimizer, [target], mesh, loss)
+            step = compile_slices(
+                model, hooks.observer.args, hooks.observer.kwargs, hooks.compiled_optimizer(), [target], mesh, loss
+            )
         except AnyDeviceError as exc:
             out.write_text(json.dumps({"error": "compile_refused", "message": str(exc)}))
             return 3

@@ -11,8 +11,12 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
-Verdict = Literal["runs", "runs with CPU fallbacks", "will recompile", "will not compile", "will not fit", "will not launch"]
-"""Worst first: will not compile > will not fit > will not launch > will recompile > runs with CPU fallbacks > runs."""
+Verdict = Literal[
+    "runs", "runs with CPU fallbacks", "partly checked", "will recompile", "will not compile", "will not fit", "will not launch"
+]
+"""Worst first: will not compile > will not fit > will not launch > will recompile > partly checked > runs with CPU
+fallbacks > runs. ``partly checked``: an answer covers part of the step only (a compiled step for one of the
+script's optimizers), so "fits" or "runs" cannot be said for the whole."""
 Severity = Literal["error", "warning", "info"]
 OpStatus = Literal["native", "cpu_fallback", "unsupported", "unknown"]
 
@@ -82,6 +86,8 @@ class Memory(_Model):
     optimizer_state: int
     activations: int
     optimizer: str | None = None
+    optimizers: int = 1
+    """How many optimizers the bytes count (``observation.optimizers`` lists them): every one the script stepped."""
     estimated_from: Literal["cpu run", "meta shapes"] = "cpu run"
     """``meta shapes``: a model on the meta device, nothing materialized: every byte is from shapes and dtypes, the
     activations from the tensors a meta forward saved for backward, the optimizer state from its kind."""
@@ -89,6 +95,24 @@ class Memory(_Model):
     @property
     def total(self) -> int:
         return self.parameters + self.gradients + self.optimizer_state + self.activations
+
+
+class OptimizerUse(_Model):
+    """An optimizer the script stepped in the steps run: its class, what it updates and the state it keeps."""
+
+    name: str
+    """The class (``AdamW``)."""
+    parameters: int
+    """Elements of the parameters it updates."""
+    parameter_bytes: int
+    state_bytes: int
+    """Its state after its steps (AdamW: two moments per parameter, and the step counters)."""
+    steps: int
+    """How many times it stepped in the steps run."""
+    line: str | None = None
+    """``file:line`` of its first step in the user's code."""
+    updates_model: bool = False
+    """It updates the observed model (the first module called for training): the optimizer of the compiled step."""
 
 
 class CollectiveUse(_Model):
@@ -153,12 +177,18 @@ class CompiledStep(_Model):
 
 
 class ShortLastBatch(_Model):
-    """The first DataLoader's dataset is not a whole number of batches (and ``drop_last`` is off)."""
+    """The first DataLoader's epoch is not a whole number of batches (and nothing drops the last one)."""
 
     rows: int
+    """Items per epoch: the dataset's length, or what the sampler yields (per rank for a ``DistributedSampler``)."""
     batch_size: int
     last: int
     """Rows in the last batch of each epoch (``rows % batch_size``)."""
+    sampler: str | None = None
+    """Where ``rows`` comes from when it is not the dataset's length: ``RandomSampler(replacement=True, num_samples=96)``,
+    ``DistributedSampler over 4 ranks (padded)``."""
+    fix: str = "drop_last=True on the DataLoader"
+    """What makes every batch full (``drop_last=True on the BatchSampler`` when the script builds one)."""
     line: str | None = None
     """``file:line`` where the script iterates the loader."""
 
@@ -172,6 +202,10 @@ class CpuRun(_Model):
     """The files the script wrote, as it named them (relative to its working directory, or absolute)."""
     from_loader: bool = True
     """The signatures are the DataLoader's batches; False: the model's inputs (a script without a DataLoader)."""
+    containment: str = ""
+    """What kept the script from the user's files: ``landlock``, ``namespace``, ``copy`` or ``none`` (--allow-writes)."""
+    refused: list[str] = Field(default_factory=list)
+    """The writes to the user's files refused while it ran, each ``file:line tried to remove PATH`` (or the command)."""
 
 
 class Observation(_Model):
@@ -190,6 +224,8 @@ class Observation(_Model):
     dtypes: dict[str, str | None] = Field(default_factory=dict)
     data_dependent: list[OpUse] = Field(default_factory=list)
     memory: Memory | None = None
+    optimizers: list[OptimizerUse] = Field(default_factory=list)
+    """Every optimizer stepped in the steps run, in the order of their first steps (a GAN: two)."""
     cuda_calls: list[CudaCall] = Field(default_factory=list)
     source_calls: dict[str, str] = Field(default_factory=dict)
     """Every ``torch.*`` call in the script's own source (``name``, and ``name(device=)`` when given a device
