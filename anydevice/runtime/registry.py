@@ -33,7 +33,7 @@ from anydevice.contract import hookspecs
 from anydevice.contract.device_spec import Detection, DeviceSpec, detection_problems, spec_problems
 from anydevice.errors import SelectionError
 from anydevice.runtime import guard, leftovers
-from anydevice.runtime.untrusted import clean, clean_detection
+from anydevice.runtime.untrusted import clean, clean_detection, count_problem
 
 T = TypeVar("T")
 
@@ -237,11 +237,17 @@ class Registry:
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             found.setdefault(ep.name, []).append(ep)
         allowed = settings.allowed_plugins()
-        if allowed is not None and (not allowed or allowed - found.keys()):
-            unknown = ", ".join(sorted(allowed - found.keys())) or "none"
+        given = clean(settings.ANYDEVICE_PLUGINS.get(), 200)
+        twice = _named_twice(settings.ANYDEVICE_PLUGINS.get())
+        if twice:
             raise SelectionError(
-                f"{settings.ANYDEVICE_PLUGINS.name}={settings.ANYDEVICE_PLUGINS.get()!r} names plugins that are not "
-                f"installed: {unknown}.",
+                f"{settings.ANYDEVICE_PLUGINS.name}={given!r} names {', '.join(twice)} more than once.",
+                f"Name each plugin once, separated by commas (e.g. {settings.ANYDEVICE_PLUGINS.name}=cpu,xla).",
+            )
+        if allowed is not None and (not allowed or allowed - found.keys()):
+            unknown = clean(", ".join(sorted(allowed - found.keys())) or "none", 200)
+            raise SelectionError(
+                f"{settings.ANYDEVICE_PLUGINS.name}={given!r} names plugins that are not installed: {unknown}.",
                 f"Installed plugins: {', '.join(sorted(found)) or 'none'}. Fix the names, or unset "
                 f"{settings.ANYDEVICE_PLUGINS.name} to load every installed plugin.",
             )
@@ -271,6 +277,8 @@ class Registry:
         try:
             self.pm.register(module, name=name)
             self.pm.check_pending()
+            if not candidate.builtin and not self.pm.get_hookcallers(module):
+                raise TypeError(_no_hooks(candidate, module))
         except Exception as exc:
             if self.pm.is_registered(module):
                 self.pm.unregister(module)
@@ -408,6 +416,7 @@ class Registry:
         if entry.builtin:
             return result
         problems = detection_problems(result)
+        problems += [problem] if not problems and (problem := count_problem(result.count)) else []
         if problems:
             return guard.plugin_detection_failure(entry.plugin, "invalid", "; ".join(problems))
         return clean_detection(result)
@@ -458,6 +467,22 @@ def load_entry_point(ep: EntryPoint) -> Any:
             "'module:attribute' (dotted Python names)"
         )
     return ep.load()
+
+
+def _named_twice(value: str | None) -> list[str]:
+    """The plugin names a comma-separated ``ANYDEVICE_PLUGINS`` value lists more than once (spaces around names ignored)."""
+    names = [part.strip() for part in (value or "").split(",") if part.strip()]
+    return sorted({name for name in names if names.count(name) > 1})
+
+
+def _no_hooks(candidate: _Candidate, plugin: object) -> str:
+    """Why a plugin that implements no hook is refused, naming its entry point and what that names."""
+    what = f"module {plugin.__name__}" if isinstance(plugin, ModuleType) else f"an object of type {type(plugin).__name__}"
+    where = f"entry point {candidate.name} = {candidate.value!r}" if candidate.value is not None else f"plugin {candidate.name}"
+    return (
+        f"{where} names {what}, which implements no anydevice hook; a plugin is a module (or object) with "
+        "@hookimpl functions such as anydevice_register_devices"
+    )
 
 
 def _identity(value: object) -> object:

@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 LIMIT: Final = 500
 """Characters of one plugin text kept; the rest is replaced by ``… (N more)``."""
 
+MAX_COUNT: Final = 65536
+"""The most devices of one kind a plugin may report (``Detection.count``): more is a broken detection, not a machine."""
+
+MAX_DETAILS: Final = 32
+"""Entries of a detection's ``details`` kept; the rest are replaced by one entry saying how many were cut."""
+
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 """Control characters, line and direction marks, and lone surrogates (a non-UTF-8 path, ``os.fsdecode``), which no
 UTF-8 terminal can print."""
@@ -72,12 +78,22 @@ def clean_tree(value: T, limit: int = LIMIT) -> T:
     return value
 
 
+def count_problem(count: object) -> str | None:
+    """Why a third party's ``Detection.count`` is out of range (above :data:`MAX_COUNT`), as a detection problem; None
+    when it is not (types and negative counts are the declaration's own checks)."""
+    if not isinstance(count, int) or isinstance(count, bool) or count <= MAX_COUNT:
+        return None
+    shown = repr(count) if count.bit_length() <= 128 else f"a {count.bit_length()}-bit number"
+    return f"field 'count' = {shown}: must be 0 to {MAX_COUNT} (the devices of this kind the host has)"
+
+
 def clean_detection(detection: Detection) -> Detection:
-    """A third party's :class:`~anydevice.contract.device_spec.Detection` with every text cleaned."""
+    """A third party's :class:`~anydevice.contract.device_spec.Detection` with every text cleaned and at most
+    :data:`MAX_DETAILS` details (one more entry, ``…``, says how many were cut)."""
+    items = list(detection.details.items())
+    details = {clean(k): clean(v) for k, v in items[:MAX_DETAILS]}
+    if len(items) > MAX_DETAILS:
+        details["…"] = f"{len(items) - MAX_DETAILS} more details cut"
     return dataclasses.replace(
-        detection,
-        reason=clean(detection.reason),
-        fix=clean(detection.fix),
-        chip=clean(detection.chip),
-        details={clean(k): clean(v) for k, v in detection.details.items()},
+        detection, reason=clean(detection.reason), fix=clean(detection.fix), chip=clean(detection.chip), details=details
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 from anydevice.contract.device_spec import Detection
 from anydevice.runtime.isolation import detection_fields
-from anydevice.runtime.untrusted import clean_detection
+from anydevice.runtime.untrusted import clean_detection, count_problem
 
 
 def _child() -> int:
@@ -133,6 +133,7 @@ def _detect(spec: Any) -> dict[str, Any]:
     if not isinstance(result, Detection):
         return {"kind": "raised", "error": f"TypeError: detect() returned {type(result).__name__}, not Detection"}
     problems = detection_problems(result)
+    problems += [problem] if not problems and (problem := count_problem(result.count)) else []
     if problems:
         return {"kind": "invalid", "error": "; ".join(problems)}
     return {"detection": detection_fields(clean_detection(result))}
