@@ -62,7 +62,12 @@ def verify_archive(path: Path) -> None:
     """
     st = path.stat()
     if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):  # a FIFO or a device would block or never end
-        raise CheckpointError(f"Checkpoint {path} is not a regular file.", "Give the path of a file ad.save wrote.")
+        from anydevice.files.safe_files import kind_at
+
+        raise CheckpointError(
+            f"Checkpoint {path} is {kind_at(path, st)}, not a regular file; it was not read.",
+            "Give the path of a file ad.save wrote.",
+        )
     if stat.S_ISDIR(st.st_mode):
         raise CheckpointError(
             f"Checkpoint {path} is a directory; ad.load reads one file that ad.save wrote.",

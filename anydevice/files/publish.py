@@ -31,6 +31,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, Any
 
 from anydevice.errors import CheckpointError
@@ -267,7 +268,14 @@ def check_replaceable_file(place: Place, st: os.stat_result, accepts: Callable[[
             "ad.save writes one file: give a file path (ckpt/step-100.pt), or use ad.checkpoint.save for a directory.",
         )
     if not stat.S_ISREG(st.st_mode):
-        raise CheckpointError(f"Cannot save {path}: it is not a regular file; it was left as it was.")
+        from anydevice.files.safe_files import kind
+
+        resolved = place.directory / place.name
+        what = kind(st) if Path(os.path.abspath(path)) == resolved else f"a symbolic link to {resolved}, {kind(st)}"
+        raise CheckpointError(
+            f"Cannot save {path}: it is {what}, not a regular file; nothing was written through it.",
+            "ad.save writes a regular file (beside it first, then renamed into place): give the path of one.",
+        )
     if not st.st_mode & 0o222 or not os.access(place.name, os.W_OK, dir_fd=place.fd):
         raise CheckpointError(
             f"Cannot save {path}: the file is read-only (mode {stat.S_IMODE(st.st_mode):04o}); it was left as it was.",

@@ -56,6 +56,18 @@ def kind(st: os.stat_result) -> str:
     return next((name for test, name in _KINDS if test(st.st_mode)), "a regular file")
 
 
+def kind_at(path: str | os.PathLike[str], st: os.stat_result) -> str:
+    """:func:`kind` of ``st`` (``path``'s stat, links followed), saying which link led there when ``path`` is one:
+    ``a symbolic link to /dev/zero, a character device``."""
+    try:
+        target = os.readlink(path)
+    except OSError:  # not a link
+        return kind(st)
+    from anydevice.runtime.untrusted import clean
+
+    return f"a symbolic link to {clean(target, 200)}, {kind(st)}"
+
+
 # -- writing ----------------------------------------------------------------------------------------
 
 
@@ -211,7 +223,7 @@ def existing_regular(path: str | os.PathLike[str], action: str) -> os.stat_resul
     except OSError as exc:
         raise FileAccessError(action, Path(path), os_cause(exc)) from None
     if not stat.S_ISREG(st.st_mode):
-        raise FileAccessError(action, Path(path), f"it is {kind(st)}, not a regular file; it was left as it was")
+        raise FileAccessError(action, Path(path), f"it is {kind_at(path, st)}, not a regular file; it was left as it was")
     return st
 
 

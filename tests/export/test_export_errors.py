@@ -118,5 +118,21 @@ def test_a_fifo_or_a_pipe_as_the_destination_is_refused_without_opening_it(tmp_p
     for out in (str(fifo), "/dev/stdout"):  # the test's capture makes stdout a pipe
         proc = anydevice_cli("export", str(checkpoint), "--out", out, timeout=120)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-        assert f"Cannot export to {out}: it is a FIFO (named pipe), not a regular file" in proc.stderr
+        link = "a symbolic link to /proc/self/fd/1, " if out == "/dev/stdout" else ""
+        assert f"Cannot export to {out}: it is {link}a FIFO (named pipe), not a regular file" in proc.stderr
     assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_a_link_to_dev_zero_as_the_destination_is_refused_naming_the_link(tmp_path: Path) -> None:
+    # issue 46: `--out` a link to /dev/zero said only "a character device", not that the path is a link
+    out = tmp_path / "model.tflite"
+    out.symlink_to("/dev/zero")
+    checkpoint = tmp_path / "step-1.pt"
+    torch.save({"model": {}}, checkpoint)
+    proc = anydevice_cli("export", str(checkpoint), "--out", str(out), timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[0] == (
+        f"anydevice: error: Cannot export to {out}: it is a symbolic link to /dev/zero, a character device, not a regular "
+        "file; it was left as it was."
+    )
+    assert os.readlink(out) == "/dev/zero"

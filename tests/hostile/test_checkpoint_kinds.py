@@ -107,3 +107,20 @@ def test_an_earlier_torch_checkpoint_is_replaced(tmp_path: Path, earlier: str) -
     ad.save({"step": 1, "w": torch.ones(3)}, path)
     loaded = ad.load(path)
     assert loaded["step"] == 1 and torch.equal(loaded["w"], torch.ones(3))
+
+
+def test_a_link_to_a_device_is_refused_by_save_and_load_naming_the_link(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt.pt"
+    path.symlink_to("/dev/zero")
+    with pytest.raises(CheckpointError) as info:
+        ad.save({"step": 1}, path)
+    assert str(info.value).splitlines()[0] == (
+        f"Cannot save {path}: it is a symbolic link to /dev/zero, a character device, not a regular file; "
+        "nothing was written through it."
+    )
+    with pytest.raises(CheckpointError) as info:
+        ad.load(path)
+    assert str(info.value).splitlines()[0] == (
+        f"Checkpoint {path} is a symbolic link to /dev/zero, a character device, not a regular file; it was not read."
+    )
+    assert os.readlink(path) == "/dev/zero" and sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
