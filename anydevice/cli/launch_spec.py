@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ USAGE = (
     "usage: anydevice launch SCRIPT [ARGS...] --target TARGET --emit skypilot|jobset|slurm [--out FILE] "
     "[--check | --no-check] [--force] [--name NAME] [--port PORT] [--image IMAGE] [--rehearse] [-- SCRIPT ARGS]"
 )
-TARGETS = "e.g. --target tpu:v5e-16, tpu:v5e-8, tpu:v5p-16, cuda:h100x8, cuda:h100x8x2, neuron:trn2-16, cpu:1x2"
+TARGETS = "e.g. --target DEVICE:CHIP-COUNT (a slice or a host), DEVICE:CHIP-COUNTxHOSTS, cpu:1x2"
 REFUSED = ("will not compile", "will not fit", "will not launch")
 """Check verdicts that refuse the spec (``--force`` writes it with the verdict in a comment)."""
 
@@ -94,9 +95,25 @@ def _int(options: dict[str, Any], name: str, default: int) -> int:
     return int(raw)
 
 
-def check_verdict(script: str, args: list[str], target: str, timeout: int) -> tuple[str, str, list[str]]:
-    """``anydevice check SCRIPT --target TARGET --json`` in a child: (verdict, its worst finding, fixes); a check that
-    could not run is an error saying why."""
+@dataclass(frozen=True)
+class Checked:
+    """What ``anydevice check`` said of the step on the target."""
+
+    target: str
+    verdict: str
+    reason: str
+    fixes: tuple[str, ...]
+    compiled: str | None
+
+    def notes(self) -> list[str]:
+        """The spec header's lines: the verdict, the compiler's answer, the fixes."""
+        compiled = [f"  {self.compiled}"] if self.compiled else []
+        fixes = [f"  fix: {fix}" for fix in self.fixes] if self.verdict != "runs" else []
+        return [f"anydevice check --target {self.target}: {self.verdict.upper()}: {self.reason}", *compiled, *fixes]
+
+
+def check_verdict(script: str, args: list[str], target: str, timeout: int) -> Checked:
+    """``anydevice check SCRIPT --target TARGET --json`` in a child, read; a check that could not run is an error saying why."""
     command = [sys.executable, "-m", "anydevice", "check", script, *args, "--target", target, "--json", "--timeout", str(timeout)]
     done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode not in (0, 1):
@@ -111,7 +128,20 @@ def check_verdict(script: str, args: list[str], target: str, timeout: int) -> tu
     reason = (
         (errors[0]["message"] + (f" ({errors[0]['line']})" if errors[0].get("line") else "")) if errors else judged["summary"]
     )
-    return str(judged["verdict"]), str(reason), [f for f in judged.get("fixes", []) if f]
+    fixes = tuple(f for f in judged.get("fixes", []) if f)
+    return Checked(target, str(judged["verdict"]), str(reason), fixes, _compiled(judged.get("compile")))
+
+
+def _compiled(step: dict[str, Any] | None) -> str | None:
+    """The compiler's answer for a slice, as a line of the spec's header (None when nothing was compiled)."""
+    if not step:
+        return None
+    if not step.get("ok"):
+        return f"compiled for {step['topology']} by {step['compiler']}: {step.get('error') or 'failed'}"
+    total, capacity = step.get("per_chip_bytes", {}).get("total"), step.get("capacity_bytes")
+    size = f"{total / 2**20:,.1f} MiB" if total is not None else "an unknown size"
+    of = f" of {capacity / 2**30:,.2f} GiB" if capacity else ""
+    return f"compiled for {step['topology']} by {step['compiler']}: {size}{of} per chip"
 
 
 def main(argv: list[str]) -> int:
@@ -144,16 +174,18 @@ def main(argv: list[str]) -> int:
     notes: list[str] = []
     compiles = target.slice and _has_compiler(target.device)
     if options.get("--check") or (compiles and not options.get("--no-check")):
-        checked = target.text if compiles else target.device  # a slice is compiled for; another device is judged
-        verdict, reason, fixes = check_verdict(script, args, checked, _int(options, "--timeout", 600))
-        line = f"anydevice check --target {checked}: {verdict.upper()}: {reason}"
-        if verdict in REFUSED and not options.get("--force"):
-            print(f"anydevice: error: {script} {verdict} on {checked}, so no spec was written: {reason}", file=sys.stderr)
-            for fix in fixes:
-                print(f"  fix: {fix}", file=sys.stderr)
+        judged_as = target.text if compiles else target.device  # a slice is compiled for; another device is judged
+        checked = check_verdict(script, args, judged_as, _int(options, "--timeout", 600))
+        if checked.verdict in REFUSED and not options.get("--force"):
+            print(
+                f"anydevice: error: {script} {checked.verdict} on {checked.target}, so no spec was written: {checked.reason}",
+                file=sys.stderr,
+            )
+            for line in checked.notes()[1:]:
+                print(line, file=sys.stderr)
             print("  --force writes it anyway with this verdict in a comment; --no-check skips the check.", file=sys.stderr)
             return 1
-        notes += [line, *(f"  fix: {fix}" for fix in fixes)] if verdict != "runs" else [line]
+        notes += checked.notes()
     elif not compiles:
         notes.append(f"not checked: {target.device} declares no compiler for its slices (--check runs anydevice check first)")
     else:
