@@ -250,6 +250,16 @@ class XlaPlacement(Placement, Diagnostics, CudaShaped, HostTransfer):
         xp.set_tracer_marked_step(True)
         self.recompiles.after_step()  # one host counter read: warns once when steps keep compiling
 
+    def materialize(self, tensors: list[Any]) -> None:
+        """Compute ``tensors`` (XLA tensors still traced) on their own, before a step boundary: the step's graph then takes
+        them as data. A batch sliced from a device tensor with a moving offset (``data[i:i+n]``) would otherwise bake
+        the offset into every step's graph, a compile per step; its slice alone is a graph of one op."""
+        import torch_xla
+
+        on_device = [t for t in tensors if t.device.type == self.device_type]
+        if on_device:
+            torch_xla._XLAC._xla_sync_multi(on_device, devices=[], wait=False)
+
     def fallback_ops(self) -> dict[str, int]:
         """Ops torch_xla ran on the CPU (no XLA lowering), with call counts: its ``aten::`` metric counters."""
         import torch_xla.debug.metrics as met

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from anydevice.cuda_compat import accelerator as agnostic
 from anydevice.cuda_compat import runtime, tensor_parallel, torch_cuda
 from anydevice.cuda_compat.redirect import CUDA, Redirect
 from anydevice.cuda_compat.scope import ImportHook, installed_hook
@@ -15,35 +16,42 @@ if TYPE_CHECKING:
     from anydevice.runtime.backend import Backend
 
 
-def install(backend: Backend, device_module: Any) -> Redirect | None:
-    """Redirect CUDA calls to ``backend``'s device; None (nothing patched) when it is cuda itself."""
+def install(backend: Backend, device_module: Any, cuda: bool = True) -> Redirect | None:
+    """Redirect CUDA calls to ``backend``'s device; None (nothing patched) when it is cuda itself.
+
+    ``cuda=False`` (:mod:`.accelerator`, ``anydevice run`` without ``--cuda-compat``): the same redirect, with only the
+    device-agnostic half in place: ``torch.accelerator``, ``torch.get_device_module``, a lazy device's generators,
+    ``inference_mode`` and step boundaries answer for the device; nothing that names CUDA is mapped.
+    """
     if backend.shims.placement.device().type == CUDA:
         return None
-    redirect = Redirect(backend, device_module)
+    redirect = Redirect(backend, device_module, cuda=cuda)
     try:
-        # shared by everyone: each maps only arguments that name CUDA
-        redirect.install_devices()
-        runtime.install_amp(redirect)
-        runtime.install_distributed(redirect)
-        runtime.install_pinned_memory(redirect)
+        if cuda:  # shared by everyone: each maps only arguments that name CUDA
+            redirect.install_devices()
+            runtime.install_amp(redirect)
+            runtime.install_distributed(redirect)
+            runtime.install_pinned_memory(redirect)
         runtime.install_optimizers(redirect)
         runtime.install_share_memory(redirect)
-        # the script's view: torch.cuda and torch.accelerator answer for the device
+        # the script's view: torch.cuda (cuda-compat) and torch.accelerator answer for the device
         scope = redirect.scope
-        cuda = scope.add_view(torch.cuda, torch_cuda.cuda_view(redirect))
+        cuda_module = scope.add_view(torch.cuda, torch_cuda.cuda_view(redirect)) if cuda else torch.cuda
         accelerator = getattr(torch, "accelerator", None)
         if accelerator is not None:
-            scope.add_view(accelerator, torch_cuda.accelerator_view(redirect))
-        questions = {"get_device_module": torch_cuda.get_device_module_view(redirect, cuda)}
+            answered = torch_cuda.accelerator_view(redirect)  # {} on the host: torch's own answers
+            scope.add_view(accelerator, {**agnostic.extras(redirect, answered), **answered} if answered else {})
+        questions = {"get_device_module": torch_cuda.get_device_module_view(redirect, cuda_module)}
         views = {**redirect.script_view(), **runtime.compile_view(redirect), **runtime.lazy_view(redirect), **questions}
         scope.add_view(torch, views)
-        scope.add_view(torch.utils, {})
-        scope.later["torch.utils.cpp_extension"] = runtime.extensions_view(redirect)
-        parallel_view = tensor_parallel.view(redirect)
-        if parallel_view is not None:  # DTensor's parallelize_module lowered to SPMD (xla)
-            scope.later["torch.distributed.tensor"] = lambda module: {}
-            scope.later[tensor_parallel.MODULE] = parallel_view
-        scope.make_later_views()
+        if cuda:
+            scope.add_view(torch.utils, {})
+            scope.later["torch.utils.cpp_extension"] = runtime.extensions_view(redirect)
+            parallel_view = tensor_parallel.view(redirect)
+            if parallel_view is not None:  # DTensor's parallelize_module lowered to SPMD (xla)
+                scope.later["torch.distributed.tensor"] = lambda module: {}
+                scope.later[tensor_parallel.MODULE] = parallel_view
+            scope.make_later_views()
         scope.attach_all()  # torch.cuda, torch.accelerator, torch.distributed in the view of torch
         hook = installed_hook() or ImportHook(lambda: None)
         hook.scope = scope

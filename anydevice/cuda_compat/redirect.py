@@ -86,8 +86,10 @@ def _seek(f: Any, where: int | None) -> None:
 class Redirect:
     """State shared by the cuda-compat patches for one selected backend."""
 
-    def __init__(self, backend: Backend, device_module: Any) -> None:
+    def __init__(self, backend: Backend, device_module: Any, cuda: bool = True) -> None:
         self.backend = backend
+        self.cuda = cuda
+        """Whether CUDA devices are mapped (cuda-compat); False: only the device-agnostic API answers (:mod:`.accelerator`)."""
         self.placement = backend.shims.placement
         self.module = device_module
         self.target: torch.device = self.placement.device()
@@ -127,7 +129,9 @@ class Redirect:
 
     # -- devices ---------------------------------------------------------------------------------
     def device(self, value: Any, ints: bool = False, call: str = "device='cuda'") -> Any:
-        """``value`` with a CUDA device replaced by the selected one; anything else unchanged."""
+        """``value`` with a CUDA device replaced by the selected one; anything else unchanged (all of it without CUDA mapping)."""
+        if not self.cuda:
+            return value
         if isinstance(value, str):
             if value == CUDA or value.startswith(f"{CUDA}:"):
                 self.report.add(call, REDIRECTED, str(self.target))
@@ -153,7 +157,7 @@ class Redirect:
 
     def device_type(self, value: Any) -> Any:
         """``"cuda"`` -> the selected device's type (for autocast and GradScaler)."""
-        return self.target.type if value == CUDA else value
+        return self.target.type if self.cuda and value == CUDA else value
 
     def _devices(self, fn: Callable[..., Any], label: str, ints: bool) -> Callable[..., Any]:
         device = self.device
@@ -193,7 +197,9 @@ class Redirect:
         self._storages()
 
     def script_view(self) -> dict[str, Any]:
-        """Names of ``torch`` only scripts ask for CUDA through: they differ in the script's view alone."""
+        """Names of ``torch`` only scripts ask for CUDA (or a lazy device's generator) through: the script's view alone."""
+        if not self.cuda:
+            return {"Generator": _generator_type(self)} if self.lazy else {}
         return {
             "set_default_tensor_type": self._default_tensor_type(),
             "Generator": _generator_type(self),
@@ -416,6 +422,8 @@ def _generator_type(redirect: Redirect) -> type:
         """torch's Generator with ``device="cuda"`` mapped: the base of a script's Generator subclasses."""
 
         def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            if cls.__init__ is not native.__init__:  # a subclass's own __init__(self, seed): its arguments are its own
+                return native.__new__(cls, **({"device": to_device(kwargs["device"])} if "device" in kwargs else {}))
             if args:
                 args = (to_device(args[0]), *args[1:])
             if "device" in kwargs:

@@ -5,7 +5,8 @@
   ``DataLoader(pin_memory=True)`` does not pin; one notice says so.
 * **Fused optimizers** the device has no kernel for (``AdamW(fused=True)`` on xla) are built unfused, one notice.
 * **Lazy devices** (xla): a step boundary (``ad.step()``) after every ``optimizer.step()``, whatever the
-  script does; a warning when backward passes pile up in one graph without a boundary.
+  script does, and before the next top-level forward after a backward no optimizer step ended (hand-written
+  updates); a warning when backward passes pile up in one graph without a boundary.
 * **torch.compile** without ``backend=`` on a lazy device uses the device's compile backend (openxla),
   in the script's view of torch.
 * **amp**: ``torch.autocast("cuda")``, ``torch.cuda.amp``, ``GradScaler("cuda")`` -> the device's type.
@@ -148,30 +149,63 @@ def _devices_of(params: list[Any]) -> set[str]:
 
 
 def _step_boundaries(r: Redirect) -> None:
-    """``ad.step()`` after every ``optimizer.step()``; warn once when backward passes pile up without one."""
+    """``ad.step()`` after every ``optimizer.step()``, and before the next top-level forward after a backward that no
+    optimizer step ended (a loop that updates parameters by hand: ``p.data.add_(p.grad, alpha=-lr)``); warn once when
+    backward passes pile up without one.
+
+    The forward boundary is placed only where it is safe: a module's forward that starts while no other forward runs,
+    outside ``torch.compile`` tracing and outside a backward (checkpointing re-runs forwards there). A boundary only
+    cuts the traced graph where values are already computed, so the numbers are those without it.
+    """
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     placement = r.placement
-    pending = [0]
+    pending = [0]  # backward passes since the last boundary
+    depth = [0]  # forwards running (top-level: 0 before the pre-hook)
+    backward_running = [0]
 
     def boundary(optimizer: Any, args: Any, kwargs: Any) -> None:
         pending[0] = 0
         r.report.add("optimizer.step()", REDIRECTED, f"then ad.step(): {r.name} runs the traced step as one graph")
         placement.step()
 
+    def before_forward(module: Any, args: Any) -> None:
+        depth[0] += 1
+        if pending[0] and depth[0] == 1 and not backward_running[0] and not torch.compiler.is_compiling():
+            pending[0] = 0
+            r.report.add(
+                "a backward without optimizer.step()",
+                REDIRECTED,
+                f"ad.step() before the next forward: {r.name} runs each hand-written update as one graph",
+            )
+            materialize = getattr(placement, "materialize", None)
+            if materialize is not None:  # the inputs on their own first: the step's graph takes them as data
+                materialize([t for t in args if isinstance(t, torch.Tensor)])
+            placement.step()
+
+    def after_forward(module: Any, args: Any, output: Any) -> None:
+        depth[0] = max(depth[0] - 1, 0)
+
     r.patches.handles.append(register_optimizer_step_post_hook(boundary))
+    r.patches.handles.append(register_module_forward_pre_hook(before_forward))
+    r.patches.handles.append(register_module_forward_hook(after_forward, always_call=True))
     backward: Callable[..., None] = torch.Tensor.backward
 
     @functools.wraps(backward)
     def counted_backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        backward_running[0] += 1
+        try:
+            backward(self, *args, **kwargs)
+        finally:
+            backward_running[0] -= 1
         pending[0] += 1
         if pending[0] == PILE_UP:
             r.notice(
                 f"{PILE_UP} backward passes were traced into one {r.name} graph without a step boundary (no optimizer.step() "
-                "between them); a graph this large compiles slowly and can exhaust memory. Call torch.cuda.synchronize() "
-                "or ad.step() where a step ends."
+                "and no module forward between them); a graph this large compiles slowly and can exhaust memory. Call "
+                "torch.accelerator.synchronize() or ad.step() where a step ends."
             )
-        backward(self, *args, **kwargs)
 
     r.patches.set(torch.Tensor, "backward", counted_backward)
 
@@ -300,9 +334,37 @@ def install_distributed(r: Redirect) -> None:
         if output_device is not None:
             output_device = r.device(output_device, ints=True) if r.indexed else None
         at_user_line(ddp_init, self, module, device_ids, output_device, *args, **kwargs)
+        if r.lazy and self.process_group.size() == 1:
+            self.__dict__[ONE_RANK] = True
+            r.report.add(
+                "DistributedDataParallel (one rank)", REDIRECTED, "the module itself: a one-rank all-reduce is the identity"
+            )
 
     r.patches.set(DistributedDataParallel, "__init__", functools.wraps(ddp_init)(ddp_init_redirected))
+    r.patches.set(DistributedDataParallel, "forward", _one_rank_forward(DistributedDataParallel.forward))
     _device_mesh(r)
+
+
+ONE_RANK = "_anydevice_one_rank"
+"""Set on a ``DistributedDataParallel`` of a one-process world on a lazy device: its forward is its module's."""
+
+
+def _one_rank_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """DDP's forward, except for a one-rank world on a lazy device (``anydevice run`` sets ``RANK``/``WORLD_SIZE`` for one
+    process, as torchrun does, so llm.c-style scripts wrap their model): there the module's own forward.
+
+    Averaging gradients over one rank is the identity, so the numbers are the same; what is skipped is DDP's reducer,
+    which copies every gradient into buckets and back (extra traced ops every step, and a changed graph when it
+    rebuilds its buckets after the first iteration: a recompile), about 5x the step time on xla.
+    """
+
+    @functools.wraps(forward)
+    def ddp_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
+        if self.__dict__.get(ONE_RANK):
+            return self.module(*inputs, **kwargs)
+        return forward(self, *inputs, **kwargs)
+
+    return ddp_forward
 
 
 def _device_mesh(r: Redirect) -> None:
