@@ -22,11 +22,13 @@ def enable() -> bool:
     if _active is not None:
         return True
     from anydevice.api import device_module
+    from anydevice.cuda_compat import accelerator
     from anydevice.cuda_compat.install import install, summary
     from anydevice.runtime import refusals
     from anydevice.runtime.backend import current
 
     backend = current()
+    accelerator.disable()  # one redirect: cuda-compat's includes the device-agnostic half
     _active = install(backend, device_module())
     refusals.install()  # a refusal raised for the script's code ends it as one clear error, not a traceback
     if _active is not None and _lines_wanted:
