@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="TARGET",
         help="an export target (" + ", ".join(sorted(EXPORT_TARGETS)) + "): run its export probes (convert, run in its "
-        "interpreter, compare) on the host CPU; or a slice (tpu:v5e-8): compile the compile probes' training steps for "
+        "interpreter, compare) on the host CPU; or a slice (DEVICE:CHIP-COUNT): compile the compile probes' training steps for "
         "it with its vendor's compiler on the host CPU, never run (default: the device's probes)",
     )
     probe.add_argument("--list", action="store_true", help="list the probes that would run, and exit")

@@ -394,8 +394,8 @@ NOT_APPLICABLE = "not this column's probes"
 EXPORT_NOTE = (
     "an export column (`anydevice matrix probe --target litert`) is not a device: the model is converted for that "
     "runtime and run in its interpreter on the host CPU, so it runs the sanity gate and the export probes only; "
-    "a compile column (`--target tpu:v5e-8`) is the compile probes' training steps compiled for that slice by its "
-    "vendor's compiler on the host CPU, never run (pass: compiled and fits); device columns run neither"
+    "a compile column (`--target` a slice, named in its header) is the compile probes' training steps compiled for "
+    "that slice by its vendor's compiler on the host CPU, never run (pass: compiled and fits); device columns run neither"
 )
 """What the legend says about export and compile columns and the cells that do not apply."""
 

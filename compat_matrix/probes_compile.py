@@ -114,7 +114,9 @@ def compile_probe(build: Callable[[], Step]) -> Callable[[ProbeContext], None]:
 
     def probe(ctx: ProbeContext) -> None:
         if not ctx.target:
-            raise HarnessError("a compile probe needs the run's slice (anydevice matrix probe --target tpu:v5e-8)")
+            from anydevice.runtime.selection import example_ref
+
+            raise HarnessError(f"a compile probe needs the run's slice (anydevice matrix probe --target {example_ref()})")
         model, inputs, optimizer, mesh = build()
         check = ctx.api("check")
         with ctx.stage(Stage.COMPILE):  # a refusal before lowering (a float64 tensor) is the compiled check's too

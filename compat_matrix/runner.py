@@ -140,12 +140,13 @@ def _export_env(target: str | None) -> dict[str, str]:
         return {}
     from anydevice.compat_matrix.probe import COMPILE_GROUP, EXPORT_TARGETS, target_group
     from anydevice.errors import AnyDeviceError
+    from anydevice.runtime.selection import example_ref
 
     group = target_group(target)
     if group is None:
         raise AnyDeviceError(
             f"Unknown target {target!r}.",
-            "Targets: " + ", ".join(EXPORT_TARGETS) + " (export), or a slice to compile for, such as tpu:v5e-8.",
+            "Targets: " + ", ".join(EXPORT_TARGETS) + f" (export), or a slice to compile for, such as {example_ref()}.",
         )
     if group == COMPILE_GROUP:
         from anydevice.preflight.compiled import canonical_slice, require_compiler, split_target

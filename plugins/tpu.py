@@ -252,7 +252,7 @@ MODEL_SERVER = ModelServer(
     kv_role="kv_both",
     env={"TPU_SIDE_CHANNEL_PORT": "9600", "TPU_KV_TRANSFER_PORT": "9100"},
     labels={"llm-d.ai/accelerator-vendor": "google"},
-    source="llm-d v0.9.0 guides/pd-disaggregation/modelserver/tpu (v6 overlay and tpu/base; v7x: 4 chips -> TP 8)",
+    source="llm-d v0.9.0 guides/pd-disaggregation/modelserver/tpu (v6 overlay and tpu/base; TP per chip: the chips catalogue)",
 )
 """llm-d's TPU model server (tpu-inference on JAX, vLLM's built-in TPU platform), as its P/D guide's overlay writes it."""
 

@@ -13,12 +13,11 @@ import difflib
 from dataclasses import dataclass
 
 from anydevice.contract.check_facts import GiB
-from anydevice.contract.chips import Chip, SliceShape, chip_named, grid_shapes, shape_for
+from anydevice.contract.chips import Chip, SliceShape, chip_named, example, grid_shapes, shape_for
 from anydevice.errors import AnyDeviceError
 
 DOCS = "Google Cloud TPU docs (system architecture, per generation)"
 TORCH_TPU = "torch_tpu 0.2.0 hardware tables (processes of a whole slice on one host)"
-PRICE = "Google Cloud TPU pricing, on-demand, us-central1 (list price per chip-hour, 2025)"
 _TWO_D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
 _THREE_D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8"}
 ONE_HOST = (1, 4, 8)
@@ -43,8 +42,6 @@ CHIPS = (
         host_processes=(1, 2, 4, 8),
         topology_prefix="v4",
         accelerator_type="v4",
-        price_per_chip_hour=3.22,
-        price_source=PRICE,
     ),
     Chip(
         "v5e",
@@ -61,8 +58,6 @@ CHIPS = (
         host_processes=ONE_HOST,
         topology_prefix="v5e",
         accelerator_type="v5litepod",
-        price_per_chip_hour=1.20,
-        price_source=PRICE,
     ),
     Chip(
         "v5p",
@@ -79,8 +74,6 @@ CHIPS = (
         shapes=CUBE,
         topology_prefix="v5p",
         accelerator_type="v5p",
-        price_per_chip_hour=4.20,
-        price_source=PRICE,
     ),
     Chip(
         "v6e",
@@ -98,8 +91,6 @@ CHIPS = (
         topology_prefix="v6e",
         accelerator_type="v6e",
         llmd_label="tpu-v6e",
-        price_per_chip_hour=2.70,
-        price_source=PRICE,
     ),
     Chip(
         "v7x",
@@ -126,6 +117,8 @@ CHIPS = (
 """The TPU generations, each fact once (Google Cloud TPU docs; torch_tpu's whole-slice tables). HBM is the
 datasheet's: libtpu states a little less as usable (v5e 15.75 GiB, v6e 31.25 GiB), and the compiled check reports
 which it used. Interconnect is ICI per chip as the docs state it (Gbps / 8); v4's is not stated per chip there."""
+EXAMPLE = example(CHIPS) or ""
+"""A slice name for messages and help texts (``--target tpu:<EXAMPLE>``), read from :data:`CHIPS`."""
 MIN_COMPILED_CHIPS = 4
 """libtpu's compiler refuses ``v5e:1x1`` and ``v5p:1x1x1`` ("not divisible by ... chips_per_host_bounds 2x2x1")."""
 

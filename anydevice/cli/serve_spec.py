@@ -15,13 +15,15 @@ import json
 import sys
 
 from anydevice.integrations import llmd
+from anydevice.runtime.selection import example_ref
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anydevice serve-spec", description=__doc__.split("\n")[0])
     p.add_argument("--engine", default="vllm", choices=("vllm",), help="the serving engine")
     p.add_argument("--role", required=True, choices=llmd.ROLES, help="the server's role in prefill/decode disaggregation")
-    p.add_argument("--device", default=None, help="name[:chip-count], e.g. tpu:v6e-8, tpu:v7x-8, cuda:h200x8, neuron:trn1-2, cpu")
+    example = f"e.g. {example_ref()} or cpu; `anydevice list` names the devices, a wrong chip lists its chips"
+    p.add_argument("--device", default=None, help=f"name[:chip-count], {example}")
     p.add_argument("--pair", default=None, metavar="DEVICE", help="the other role's device: check the pairing first")
     p.add_argument("--connector", default=None, choices=tuple(llmd.CONNECTORS), help="instead of the device's own KV connector")
     p.add_argument("--image", default=None, help="the container image instead of the declared one")

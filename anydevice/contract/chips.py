@@ -82,7 +82,6 @@ class Chip:
     :param topology_prefix: the compiler's generation name (``v5e``, ``tpu7x``: jax's ``get_topology_desc``).
     :param accelerator_type: the Cloud accelerator-type prefix (``v5litepod``: ``TPU_ACCELERATOR_TYPE=v5litepod-8``).
     :param llmd_label: llm-d's ``llm-d.ai/accelerator-variant`` value; a chip without one is not offered by serve-spec.
-    :param price_per_chip_hour: USD list price, with ``price_source`` (where and when); None: not declared.
     """
 
     name: str
@@ -104,8 +103,6 @@ class Chip:
     topology_prefix: str | None = None
     accelerator_type: str | None = None
     llmd_label: str | None = None
-    price_per_chip_hour: float | None = None
-    price_source: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -138,6 +135,17 @@ class Chip:
     def accelerator_type_of(self, shape: SliceShape) -> str | None:
         """Cloud's accelerator type of ``shape`` (``"v5litepod-8"``), or None."""
         return f"{self.accelerator_type}-{self.count_of(shape)}" if self.accelerator_type else None
+
+
+def example(chips: Iterable[Chip]) -> str | None:
+    """A slice name for help texts and messages, read from the catalogue (never written elsewhere): the first chip whose
+    slice names count chips (else the first chip), at its largest one-host shape (``v5e-8``, ``h100-8``); None: no chips."""
+    chips = tuple(chips)
+    chip = next((c for c in chips if c.counts == "chips"), chips[0] if chips else None)
+    if chip is None:
+        return None
+    one_host = [s for s in chip.shapes if s.hosts == 1]
+    return f"{chip.name}-{chip.count_of(one_host[-1])}" if one_host else chip.name
 
 
 def chip_named(chips: Iterable[Chip], name: str) -> Chip | None:

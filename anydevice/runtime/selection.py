@@ -23,7 +23,7 @@ import re
 import weakref
 from dataclasses import dataclass, field
 
-from anydevice.contract.chips import Chip, SliceShape, parse_variant, shape_for
+from anydevice.contract.chips import Chip, SliceShape, example, parse_variant, shape_for
 from anydevice.contract.chips import shown as short
 from anydevice.contract.device_spec import Detection, DeviceSpec, is_valid_name
 from anydevice.errors import (
@@ -194,7 +194,10 @@ def parse_ref(text: str, registry: Registry | None = None, *, role: str | None =
     from anydevice.runtime.registry import get_registry
 
     if not isinstance(text, str) or not text.strip():
-        raise SelectionError("No device given.", "Name a device such as cpu, cuda:1 or tpu:v5e-8 (see `anydevice list`).")
+        registry = registry or get_registry()
+        raise SelectionError(
+            "No device given.", f"Name a device such as cpu, cuda:1 or {example_ref(registry)} (see `anydevice list`)."
+        )
     registry = registry or get_registry()
     name, index, variant = split_ref(as_written(text))
     canonical = _canonical_or_raise(name, registry)
@@ -204,6 +207,24 @@ def parse_ref(text: str, registry: Registry | None = None, *, role: str | None =
     chip, count = parse_variant(spec.chips, variant, canonical, text)
     shape = shape_for(chip, count, canonical, text) if count is not None else None
     return DeviceRef(text, canonical, spec, chip=chip, count=count, shape=shape, role=role)
+
+
+def example_ref(registry: Registry | None = None) -> str:
+    """A device string with a chip and a count, for help texts and messages, read from a declared chips catalogue.
+
+    The first device (highest priority first) that compiles slices (``CheckFacts.slice_compiler``), else the first
+    that declares chips, at :func:`~anydevice.contract.chips.example`'s slice; ``DEVICE:CHIP-COUNT`` without any.
+    """
+    from anydevice.runtime.registry import get_registry
+
+    registry = registry or get_registry()
+    specs = [registry.spec(name) for name in registry.names()]
+    ordered = [s for s in specs if s.check.slice_compiler and s.chips] + [s for s in specs if s.chips]
+    for spec in ordered:
+        named = example(spec.chips)
+        if named is not None:
+            return f"{spec.name}:{named}"
+    return "DEVICE:CHIP-COUNT"
 
 
 def resolve(text: str, registry: Registry) -> Choice:
