@@ -52,11 +52,19 @@ def gke_accelerator(plan: Plan) -> str:
     return str(declared)
 
 
+DNS_WAIT_S = 300
+"""How long a pod waits for the first pod's DNS record (the headless service publishes it a few seconds after the
+pods start; ``anydevice run`` refuses an endpoint that does not resolve rather than wait for torch's timeout)."""
+
+
 def command(plan: Plan) -> str:
-    """The container's shell script: install anydevice where the image lacks it, then the start command."""
-    install = f"command -v anydevice >/dev/null 2>&1 || {plan.install()}"
-    start = plan.start((str(plan.target.hosts), '"$JOB_COMPLETION_INDEX"', f'"${COORDINATOR}"'))
-    return f"set -e\n{install}\n{start}\n"
+    """The container's shell script: install anydevice where the image lacks it, wait for the first pod's name to
+    resolve (several hosts), then the start command."""
+    lines = ["set -e", f"command -v anydevice >/dev/null 2>&1 || {plan.install()}"]
+    if plan.target.multi_host:
+        lines.append(f'for _ in $(seq {DNS_WAIT_S}); do getent hosts "${COORDINATOR}" >/dev/null && break; sleep 1; done')
+    lines.append(plan.start((str(plan.target.hosts), '"$JOB_COMPLETION_INDEX"', f'"${COORDINATOR}"')))
+    return "\n".join(lines) + "\n"
 
 
 def pod_spec(plan: Plan) -> dict[str, Any]:
