@@ -55,3 +55,4 @@ class Lowering(ABC):
             tp_checks.check_heads(model, rules, mesh_degrees[TP_AXIS])
         tp_checks.check_ties(model, rules)
         tp_checks.check_flow(model, rules)
+        tp_checks.check_chains(model, rules)
