@@ -40,6 +40,8 @@ def enable() -> bool:
             else f"anydevice: cuda-compat: the selected device is {backend.name}; nothing to redirect."
         )
         sys.stderr.write(line + "\n")
+    if _active is not None and _active.scope.rebound:
+        _say_late(_active)
     if _active is not None and not _exit_registered:
         atexit.register(_write_report)
         _exit_registered = True
@@ -81,6 +83,34 @@ def record_lines() -> None:
     _lines_wanted = True
     if _active is not None:
         _active.report.record_lines()
+
+
+LATE_SHOWN = 6
+"""How many names the late-enable line lists of each kind."""
+
+
+def _say_late(active: Redirect) -> None:
+    """Once, on rank 0: cuda-compat was enabled after the program bound torch's names; which were rebound, and which
+    references (default arguments, closures, class attributes) still hold the real CUDA torch."""
+    if (settings.RANK.get() or "0") != "0":
+        return
+    scope = active.scope
+
+    def shown(names: list[str]) -> str:
+        more = f" and {len(names) - LATE_SHOWN} more" if len(names) > LATE_SHOWN else ""
+        return ", ".join(names[:LATE_SHOWN]) + more
+
+    held = scope.held_elsewhere(list({id(m): m for m in list(sys.modules.values())}.values()))
+    stays = (
+        f"still the real torch, CUDA calls not redirected: {shown(held)}"
+        if held
+        else "references held elsewhere (objects, containers, local variables) still call the real torch"
+    )
+    sys.stderr.write(
+        f"anydevice: cuda-compat was enabled after the program bound torch's names: rebound now: "
+        f"{shown(scope.rebound)}; {stays}. Enable it before the program imports torch (`anydevice run "
+        "--cuda-compat`, ANYDEVICE_CUDA_COMPAT=1, or cuda_compat.enable() first).\n"
+    )
 
 
 def _loud() -> bool:

@@ -32,6 +32,11 @@ INTERNAL_PACKAGES = frozenset({"torch", "functorch", "torchgen", "anydevice"})
 backend reports versions of, such as torch_xla) are added at enable."""
 
 
+SHARED_VALUES = (int, float, str, bool, bytes, tuple, frozenset)
+"""Values never taken as a real object to replace: equal ones are shared (CPU torch's ``default_generators`` is the
+empty tuple every ``__slots__ = ()`` holds)."""
+
+
 def is_internal(module_name: str | None, internal: Iterable[str] = INTERNAL_PACKAGES) -> bool:
     """Whether the module named ``module_name`` is torch's, anydevice's or a vendor's own code."""
     if not module_name:
@@ -92,6 +97,8 @@ class Scope:
         self.views: dict[str, ViewModule] = {}
         self.later: dict[str, Callable[[types.ModuleType], Mapping[str, Any]]] = {}
         """Views of torch submodules too costly to import at enable: made when the module is first imported."""
+        self.rebound: list[str] = []
+        """``module.name`` of each global :meth:`rebind` replaced (names bound before enable)."""
 
     def add_view(self, real: types.ModuleType, overrides: Mapping[str, Any]) -> ViewModule:
         """A view of ``real`` with ``overrides``; names a module took from ``real`` map to the overrides."""
@@ -100,7 +107,7 @@ class Scope:
         self.replacements[id(real)] = (real, view)
         for name, value in overrides.items():
             original = real.__dict__.get(name)
-            if original is not None and original is not value and not isinstance(original, (int, float, str, bool)):
+            if original is not None and original is not value and not isinstance(original, SHARED_VALUES):
                 self.replacements.setdefault(id(original), (original, value))
         return view
 
@@ -140,8 +147,43 @@ class Scope:
                 swapped = self.swap(value)
                 if swapped is not value:
                     namespace[key] = swapped
+                    self.rebound.append(f"{name}.{key}")
                     done += 1
         return done
+
+    def held_elsewhere(self, modules: Iterable[types.ModuleType]) -> list[str]:
+        """Where the functions and classes of non-internal ``modules`` hold real torch objects that :meth:`rebind`
+        cannot reach: default arguments, closures, class attributes (``"__main__.step (default argument)"``)."""
+        found: list[str] = []
+
+        def real(value: Any) -> bool:
+            entry = self.replacements.get(id(value))
+            return entry is not None and entry[0] is value
+
+        def function(owner: str, fn: Any) -> None:
+            defaults = (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values())
+            if any(real(value) for value in defaults):
+                found.append(f"{owner} (default argument)")
+            cells = fn.__closure__ or ()
+            if any(real(_cell_value(cell)) for cell in cells):
+                found.append(f"{owner} (closure)")
+
+        for module in modules:
+            name = getattr(module, "__name__", None)
+            if not isinstance(name, str) or is_internal(name, self.internal) or isinstance(module, ViewModule):
+                continue
+            for key, value in list(getattr(module, "__dict__", {}).items()):
+                if getattr(value, "__module__", None) != name:
+                    continue
+                if isinstance(value, types.FunctionType):
+                    function(f"{name}.{key}", value)
+                elif isinstance(value, type):
+                    for attribute, member in list(vars(value).items()):
+                        if real(member):
+                            found.append(f"{name}.{key}.{attribute} (class attribute)")
+                        elif isinstance(member, types.FunctionType):
+                            function(f"{name}.{key}.{attribute}", member)
+        return list(dict.fromkeys(found))  # a module under two names in sys.modules is said once
 
     def unbind(self, modules: Iterable[types.ModuleType]) -> None:
         """Give every module that holds one of this scope's views (or view functions) the real object back."""
@@ -218,6 +260,13 @@ class ImportHook:
         """Put the original ``__import__`` back (if nobody replaced it since)."""
         if builtins.__import__ is self:
             builtins.__import__ = self.original
+
+
+def _cell_value(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
 
 
 def torch_loaded() -> bool:

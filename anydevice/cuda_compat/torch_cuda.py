@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -146,6 +146,7 @@ def cuda_view(r: Redirect) -> dict[str, Any]:
         for name, fn in RNG_CPU.items():
             put(name, _counted(r, name, fn, "the CPU generator"))
     put("make_graphed_callables", _graphed(r))
+    view["default_generators"] = DefaultGenerators(r)
     _streams(r, put)
     for name, cls in legacy_tensor_types(r.target).items():
         put(name, cls)
@@ -161,6 +162,51 @@ def cuda_view(r: Redirect) -> dict[str, Any]:
             put(name, _refused(r, name))
     put("nvtx", _nvtx(r))
     return view
+
+
+class DefaultGenerators(Sequence[Any]):
+    """``torch.cuda.default_generators`` under cuda-compat: the selected device's default generator per device.
+
+    On the host and on lazy devices (XLA has no device generators) each is the CPU's ``torch.default_generator``,
+    as ``torch.Generator(device="cuda")`` is a CPU generator there; elsewhere the device's own
+    (``torch.<type>.default_generators``). A device without them is refused by name, an index past the
+    device count is an ``IndexError`` naming the count (not CPU torch's empty tuple).
+    """
+
+    def __init__(self, r: Redirect) -> None:
+        self.r = r
+
+    def _generators(self) -> tuple[Any, ...]:
+        r = self.r
+        count = int(r.module.device_count()) if not r.host else max(1, r.local_world_size or 1)
+        if r.host or r.lazy:
+            r.report.add("torch.cuda.default_generators", REDIRECTED, "the CPU generator")
+            return (torch.default_generator,) * count
+        found = tuple(getattr(getattr(torch, r.target.type, None), "default_generators", ()) or ())
+        if not found:
+            reason = f"torch.{r.target.type} has no default generators"
+            r.report.add("torch.cuda.default_generators", REFUSED, reason)
+            raise UnsupportedDeviceFunctionError(
+                "torch.cuda.default_generators", r.name, reason, "Make one: torch.Generator(device='cuda').manual_seed(seed)."
+            )
+        r.report.add("torch.cuda.default_generators", REDIRECTED, f"torch.{r.target.type}.default_generators")
+        return found
+
+    def __getitem__(self, index: Any) -> Any:
+        generators = self._generators()
+        try:
+            return generators[index]
+        except IndexError:
+            raise IndexError(
+                f"torch.cuda.default_generators[{index}]: cuda-compat on {self.r.name} has {len(generators)} device(s), "
+                f"indices 0 to {len(generators) - 1}"
+            ) from None
+
+    def __len__(self) -> int:
+        return len(self._generators())
+
+    def __repr__(self) -> str:
+        return repr(self._generators())
 
 
 def _mapped(r: Redirect, call: str, target: str) -> Callable[..., Any]:
