@@ -22,6 +22,7 @@ SCRIPT = REPO / "tests" / "cuda_compat" / "scripts" / "accel_examples.py"
 RTOL = 1e-5
 
 
+@pytest.mark.slow  # two processes and a compile per slice offset: ~40 s alone, 164 s on the loaded 2-core machine
 def test_accelerator_program_lands_on_xla_and_matches_cpu() -> None:
     cpu = run([sys.executable, str(SCRIPT)], timeout=400)
     xla = run(
