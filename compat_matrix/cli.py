@@ -180,6 +180,8 @@ def _render(args: argparse.Namespace) -> int:
     site = build_site(results)
     for problem in site.problems:
         print(f"error: {problem}", file=sys.stderr)
+    for cut in site.cuts:
+        print(f"note: cut to fit the page: {cut}", file=sys.stderr)
     if site.run_count == 0:
         print(
             f"error: none of the {len(results)} result file(s) given is valid: nothing rendered, {args.out} left as it was",
@@ -201,6 +203,7 @@ def _render(args: argparse.Namespace) -> int:
         print(f"error: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""), file=sys.stderr)
         return 1
     skipped = f"; skipped {len(site.problems)} file(s) named above" if site.problems else ""
+    skipped += f"; cut {len(site.cuts)} file(s) to fit the page, named above" if site.cuts else ""
     print(f"wrote {', '.join(str(p) for p in written)} from {site.run_count} run(s){skipped}")
     return 0
 

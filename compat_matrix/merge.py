@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from anydevice.compat_matrix.claims import Source, mismatch, origin, short
+from anydevice.compat_matrix.page_bounds import MAX_PAGE_WEIGHT, MAX_RESULTS_ON_PAGE, bound_run, page_weight
 from anydevice.compat_matrix.probe import COMPILE_GROUP, EXPORT_GROUP, GROUPS, TARGET_GROUPS
 from anydevice.compat_matrix.schema import BROKEN, SIMULATED, WORKING, ProbeResult, ResultFileError, Run, Status, load_run
 from anydevice.contract.evidence import UNKNOWN, Evidence, Level
@@ -190,6 +191,8 @@ class Matrix:
     problems: list[str]
     lanes: Sequence[LaneRecord] | None = None
     """The test lanes' records the page shows (``None``: the committed ones, ``compat_matrix/lanes/``)."""
+    cuts: list[str] = field(default_factory=list)
+    """The files cut to fit the page, each with what was cut (``FILE: 3000 probe results (the first 500 kept)``)."""
 
     def cell(self, probe: str, column: Column) -> Cell:
         """The cell for ``probe`` in ``column`` (empty: untested)."""
@@ -202,9 +205,23 @@ class Matrix:
 
 
 def load_runs(paths: Iterable[Path]) -> tuple[list[LoadedRun], list[str]]:
-    """Load every file; malformed ones become problems (named by file) and the rest still load."""
+    """Load every file; malformed ones become problems (named by file) and the rest still load; the files cut to fit
+    the page (:func:`load_bounded_runs`) are named among the problems."""
+    runs, problems, cuts = load_bounded_runs(paths)
+    return runs, problems + cuts
+
+
+def load_bounded_runs(paths: Iterable[Path]) -> tuple[list[LoadedRun], list[str], list[str]]:
+    """Every file loaded, the problems (named by file), and the cuts.
+
+    Each run is cut to what one file may put on the page (:func:`anydevice.compat_matrix.page_bounds.bound_run`);
+    files past the page's totals (:data:`~anydevice.compat_matrix.page_bounds.MAX_RESULTS_ON_PAGE` results, about
+    :data:`~anydevice.compat_matrix.page_bounds.MAX_PAGE_WEIGHT` characters) are skipped, a problem each.
+    """
     runs: list[LoadedRun] = []
     problems: list[str] = []
+    cut_files: list[str] = []
+    held = size = 0
     for path in sorted(paths, key=lambda p: (p.name, str(p))):
         try:
             run = load_run(path)
@@ -215,11 +232,28 @@ def load_runs(paths: Iterable[Path]) -> tuple[list[LoadedRun], list[str]]:
         if duplicate is not None:
             problems.append(f"{path.name}: same run as {duplicate.source} ({run.run_id}); counted once")
             continue
+        run, cuts = bound_run(run)
+        weight = page_weight(run)
+        if held + len(run.results) > MAX_RESULTS_ON_PAGE or size + weight > MAX_PAGE_WEIGHT:
+            problems.append(
+                f"{path.name}: the page holds at most {MAX_RESULTS_ON_PAGE} probe results and about "
+                f"{MAX_PAGE_WEIGHT >> 20} MB, and the files before it fill {held} results and {size / 2**20:.1f} MB with it "
+                f"({len(run.results)} results and {weight / 2**20:.1f} MB in this one); render fewer files at once"
+            )
+            continue
+        if cuts:
+            cut_files.append(f"{path.name}: {'; '.join(cuts)}")
+        held, size = held + len(run.results), size + weight
         runs.append(LoadedRun(path.name, run))
-    return runs, problems
+    return runs, problems, cut_files
 
 
-def merge(runs: Sequence[LoadedRun], problems: Sequence[str] = (), lanes: Sequence[LaneRecord] | None = None) -> Matrix:
+def merge(
+    runs: Sequence[LoadedRun],
+    problems: Sequence[str] = (),
+    lanes: Sequence[LaneRecord] | None = None,
+    cuts: Sequence[str] = (),
+) -> Matrix:
     """Build the matrix from loaded runs (and the lane records it shows; ``None``: the committed ones)."""
     ordered = sorted(runs, key=lambda r: (r.device, r.run.started_at, r.key))
     columns = _columns(ordered)
@@ -229,13 +263,13 @@ def merge(runs: Sequence[LoadedRun], problems: Sequence[str] = (), lanes: Sequen
         for loaded in column.runs:
             for result in loaded.run.results:
                 cells.setdefault((result.probe, column.id), Cell([])).entries.append((loaded, result))
-    return Matrix(ordered, columns, rows, cells, _diffs(ordered), list(problems), lanes)
+    return Matrix(ordered, columns, rows, cells, _diffs(ordered), list(problems), lanes, list(cuts))
 
 
 def build_matrix(paths: Iterable[Path], lanes: Sequence[LaneRecord] | None = None) -> Matrix:
     """Load and merge result files (``lanes``: the lane records to show; ``None``: the committed ones)."""
-    runs, problems = load_runs(paths)
-    return merge(runs, problems, lanes)
+    runs, problems, cuts = load_bounded_runs(paths)
+    return merge(runs, problems, lanes, cuts)
 
 
 def column_key(loaded: LoadedRun) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ template only lays it out, and autoescaping makes every text from a result file 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,8 @@ class Site:
     files: dict[str, str]
     problems: list[str]
     run_count: int
+    cuts: list[str] = field(default_factory=list)
+    """The files cut to fit the page, each with what was cut."""
 
 
 def build_site(results: Iterable[Path], lanes: Sequence[LaneRecord] | None = None) -> Site:
@@ -89,7 +91,7 @@ def build_site(results: Iterable[Path], lanes: Sequence[LaneRecord] | None = Non
     deterministic for the same files, whatever their order."""
     matrix = build_matrix(results, lanes)
     files = {"index.html": render_html(matrix), "index.md": render_markdown(matrix)}
-    return Site(files, list(matrix.problems), len(matrix.runs))
+    return Site(files, list(matrix.problems), len(matrix.runs), list(matrix.cuts))
 
 
 GENERATED: dict[str, bytes] = {
@@ -248,6 +250,7 @@ def column_note(column: Column) -> str:
 
 def _notices(matrix: Matrix) -> list[dict[str, str]]:
     items = [{"kind": "problem", "text": p} for p in matrix.problems]
+    items += [{"kind": "cut", "text": c} for c in matrix.cuts]
     for loaded in matrix.runs:
         health = loaded.run.health
         kind = "unavailable" if not health.device_available else "unhealthy" if not health.sanity_passed else None

@@ -151,6 +151,7 @@ def _versions(matrix: Matrix) -> list[str]:
 
 def _notices(matrix: Matrix) -> list[str]:
     lines = [f"- Result file not used: {md(p)}" for p in matrix.problems]
+    lines += [f"- Result file cut to fit the page: {md(c)}" for c in matrix.cuts]
     for loaded in matrix.runs:
         health = loaded.run.health
         if not health.device_available:
