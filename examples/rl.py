@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 import torch
@@ -154,7 +155,7 @@ def run_ray(args: argparse.Namespace, plan: roles.Plan) -> tuple[dict[str, list[
         ray.shutdown()
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--iterations", type=int, default=20, help="GRPO iterations")
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate")
@@ -162,7 +163,17 @@ def main() -> None:
     p.add_argument("--ray", action="store_true", help="one Ray actor per role (ANYDEVICE_ROLES), weights via the object store")
     p.add_argument("--log-every", type=int, default=0, help="read the metrics to the host every N iterations (0: at the end)")
     args = p.parse_args()
-    plan = roles.plan(["trainer", "rollout"], same_process=not args.ray, weights_from="trainer")  # refused before any start
+    if args.ray:
+        try:
+            import ray  # noqa: F401
+        except ImportError as exc:
+            print(f"error: --ray needs Ray ({exc}): pip install 'ray[default]', or leave out --ray", file=sys.stderr)
+            return 2
+    try:
+        plan = roles.plan(["trainer", "rollout"], same_process=not args.ray, weights_from="trainer")  # before any start
+    except ad.AnyDeviceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     sync = plan.syncs[0]
     metrics, where = (run_ray if args.ray else run_one_process)(args, plan)
     result: dict[str, Any] = {
@@ -175,7 +186,8 @@ def main() -> None:
         "losses": metrics["losses"],
     }
     print(json.dumps(result))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -8,6 +8,9 @@ from typing import Any
 import pytest
 
 from tests.roles.rl_runs import assert_same_curves, run_rl
+from tests.utils import REPO, python
+
+RL = REPO / "examples" / "rl.py"
 
 ITERATIONS = "4"
 
@@ -40,3 +43,19 @@ def test_a_bad_role_device_is_refused_before_anything_starts() -> None:
     assert isinstance(done, subprocess.CompletedProcess)
     assert done.returncode != 0 and "role 'trainer' (cpuu): Unknown device 'cpuu'. Did you mean 'cpu'?" in done.stderr
     assert "iterations" not in done.stdout
+    assert done.stderr.startswith("error: role 'trainer' (cpuu)") and "Traceback" not in done.stderr  # issue 46
+
+
+def test_ray_asked_for_without_ray_is_one_line() -> None:
+    """Issue 46: ``--ray`` where Ray cannot be imported is one line naming the fix, not a bare ModuleNotFoundError."""
+    code = (
+        "import runpy, sys\n"
+        "sys.modules['ray'] = None  # as where Ray is not installed\n"
+        f"sys.argv = [{str(RL)!r}, '--ray']\n"
+        f"runpy.run_path({str(RL)!r}, run_name='__main__')\n"
+    )
+    done = python("-c", code, env={"ANYDEVICE_ROLES": "trainer=cpu,rollout=cpu"})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "error: --ray needs Ray (import of ray halted; None in sys.modules): pip install 'ray[default]', or leave out --ray"
+    ], done.stderr
