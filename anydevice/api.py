@@ -40,6 +40,7 @@ def device(role: str | None = None) -> torch.device:
         from anydevice.runtime.roles import backend_for
 
         rb = backend_for(role)
+        mark_used(f"ad.device({role!r})")  # use() refuses to switch under a role's device too
         return rb.shims.placement.device(rb.index)
     b = current()
     mark_used("ad.device()")  # from here on, use() refuses to switch device (see backend.use)
@@ -71,11 +72,16 @@ def step(role: str | None = None) -> None:
         rb = backend_for(role)
         if rb is not current():
             rb.shims.placement.step()
+            _notify_step_listeners()
             return
     b = current()
     b.shims.placement.step()
     if strict.enabled():
         strict.after_step(b)  # the runtime's host-side fallback counters; no device value is read
+    _notify_step_listeners()
+
+
+def _notify_step_listeners() -> None:
     for listener in list(_step_listeners):
         listener()
 

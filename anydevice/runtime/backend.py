@@ -294,11 +294,34 @@ def current(*, announce: bool = True) -> Backend:
         return _current
 
 
+def role_backend(role: str) -> Backend:
+    """The loaded backend of ``role`` (``ANYDEVICE_ROLES``): the process's own when the role's device is it, else one
+    loaded for the role beside it (a trainer on xla and a rollout on cpu in one process), once, by :func:`load_backend`
+    (the registry's guard), kept with the process's own: :func:`reset` forgets both."""
+    from anydevice.runtime.roles import resolve_role
+
+    registry = get_registry()
+    placement = resolve_role(role, registry)
+    own = current()
+    if placement.choice.name == own.name and placement.choice.index == own.index:
+        return own
+    key = (id(registry), placement.request)
+    with _lock:
+        if key not in _roles:
+            _roles[key] = load_backend(placement.choice, registry)
+        return _roles[key]
+
+
+_roles: dict[tuple[int, str], Backend] = {}
+"""Backends loaded for roles on another device than the process's, by registry and request."""
+
+
 def reset() -> None:
-    """Forget the selection and what was placed (tests, notebooks); the next call selects again."""
+    """Forget the selection, the roles' backends and what was placed (tests, notebooks); the next call selects again."""
     global _explicit, _current, _used_by
     from anydevice.runtime import strict
 
     with _lock:
         _explicit, _current, _used_by = None, None, None
+        _roles.clear()
     strict.reset()

@@ -228,23 +228,8 @@ def weight_sync(source: Placement, target: Placement, *, same_process: bool, reg
     return Sync(source.role, target.role, OBJECT_STORE, f"{why}: staged through host memory and Ray's object store")
 
 
-_loaded: dict[tuple[int, str], Backend] = {}
-
-
 def backend_for(role: str) -> Backend:
-    """The loaded backend of ``role``: the process's own when the role's device is it, else one loaded for the role.
+    """The loaded backend of ``role`` (:func:`anydevice.runtime.backend.role_backend`: the one loader and its cache)."""
+    from anydevice.runtime.backend import role_backend
 
-    A role on another device than the process's is loaded beside it (a trainer on xla and a rollout on
-    cpu in one process); each role's backend is loaded once.
-    """
-    from anydevice.runtime.backend import current, load_backend
-
-    registry = get_registry()
-    placement = resolve_role(role, registry)
-    own = current()
-    if placement.choice.name == own.name and placement.choice.index == own.index:
-        return own
-    key = (id(registry), placement.request)
-    if key not in _loaded:
-        _loaded[key] = load_backend(placement.choice, registry)
-    return _loaded[key]
+    return role_backend(role)
