@@ -227,7 +227,8 @@ def compile_step(
     text = compiled.as_text()
     result["collectives"] = {name: n for name in COLLECTIVES if (n := len(re.findall(rf"\b{name}(?:-start)?\(", text)))}
     result["ok"] = True
-    result["fits"] = result["capacity_bytes"] is None or per_chip_bytes["total"] <= result["capacity_bytes"]
+    # a capacity the compiler did not state makes the answer unknown (None), never "fits"
+    result["fits"] = None if result["capacity_bytes"] is None else per_chip_bytes["total"] <= result["capacity_bytes"]
     return result
 
 

@@ -115,6 +115,9 @@ def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 2**30:.2f} GiB"
 
 
+UNKNOWN_CAPACITY_FIX = "compare the bytes per chip with the chip's HBM (`anydevice list`), or update libtpu (tpu-check extra)"
+
+
 def compiled_memory(step: CompiledStep, findings: list[Finding], optimizers: Sequence[OptimizerUse] = ()) -> list[Verdict]:
     """The compiler's answer as findings: it replaces the CPU estimate's memory verdict for a slice target.
 
@@ -129,6 +132,10 @@ def compiled_memory(step: CompiledStep, findings: list[Finding], optimizers: Seq
         total, capacity = step.per_chip_bytes.get("total"), step.capacity_bytes
         share = f" ({100 * total / capacity:.0f}%)" if total is not None and capacity else ""
         collectives = ", ".join(f"{n} {name}" for name, n in step.collectives.items()) or "none"
+        if step.fits is None:  # no capacity stated: the compiler's bytes are an answer, "fits" is not
+            unknown = f"compiled by {where}: {_gib(total)} per chip; the compiler stated no capacity, so fitting is unknown"
+            findings.append(Finding(check="memory", severity="warning", message=unknown, fix=UNKNOWN_CAPACITY_FIX))
+            return ["partly checked"]
         said = "fits" if partial is None else "the compiled part fits"
         message = (
             f"compiled by {where}: {_gib(total)} per chip of {_gib(capacity)}{share}, {said}; "
