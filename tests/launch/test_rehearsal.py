@@ -158,7 +158,7 @@ def test_the_sbatch_script_trains_across_two_nodes_under_srun(tmp_path: Path, on
 def test_rehearse_takes_only_a_cpu_target() -> None:
     result = cli_in_process("launch", str(TRAIN), "--target", "cuda:h100x8x2", "--emit", "slurm", "--rehearse")
     assert result.returncode == 2
-    assert "--rehearse runs every host on this machine, so it takes a cpu target, not cuda:h100x8x2" in result.stderr
+    assert "--rehearse runs every host on this machine, so it takes a cpu target, not cuda:h100-8x2" in result.stderr
     assert "--target cpu:1x2" in result.stderr
 
 
