@@ -313,6 +313,7 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any], *, accepts: Call
     if existing is not None:
         check_replaceable_file(place, existing, accepts)
     remove_stale_temps(place)
+    free = free_space(place.fd)
     try:
         fd, name = locked_temp_file(place)
     except OSError as exc:
@@ -332,7 +333,7 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any], *, accepts: Call
         unlink_quietly(place.fd, name)
         failure = recorder.error if recorder is not None and recorder.error is not None else exc
         if isinstance(failure, OSError):
-            raise save_error(place.path, failure) from exc
+            raise space_error(place.path, failure, write, free) from exc
         if isinstance(exc, Exception) and not isinstance(exc, CheckpointError):  # e.g. an object pickle refuses
             detail = (str(exc).strip().splitlines() or [""])[0]
             raise CheckpointError(f"Cannot save {place.path}: {type(exc).__name__}: {detail}".rstrip(": ")) from exc
@@ -340,6 +341,48 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any], *, accepts: Call
     finally:
         os.close(fd)
     fsync_directory(place.fd)
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def space_error(path: Path | str, exc: OSError, write: Callable[[IO[bytes]], Any], free: int | None) -> CheckpointError:
+    """:func:`~anydevice.files.safe_place.save_error` for a write that failed; on a full disk (or past a size limit)
+    it says how many bytes the file needs (``write`` run again into a counter: nothing is written) and, on a full
+    disk, how many were ``free`` when the save began (:func:`free_space`)."""
+    if exc.errno not in (*_FULL, errno.EFBIG):
+        return save_error(path, exc)
+    counter = _Counter()
+    try:
+        write(counter)  # type: ignore[arg-type]  # the counter stands in for the file the writer expects
+        needed: int | None = counter.size
+    except Exception:  # the size is a courtesy: the error stands without it
+        needed = None
+    return save_error(path, exc, needed=needed, free=free if exc.errno in _FULL else None)
+
+
+def free_space(fd: int) -> int | None:
+    """Bytes an unprivileged writer may still use on the filesystem holding ``fd`` (None where it cannot be told)."""
+    try:
+        found = os.fstatvfs(fd)
+    except OSError:
+        return None
+    return found.f_bavail * found.f_frsize
+
+
+class _Counter:
+    """A file object that only counts what is written to it."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        written = memoryview(data).nbytes
+        self.size += written
+        return written
+
+    def flush(self) -> None:
+        pass
 
 
 def locked_temp_file(place: Place) -> tuple[int, str]:
@@ -385,13 +428,14 @@ def _write_in_place(place: Place, existing: os.stat_result, write: Callable[[IO[
     except OSError as exc:
         raise save_error(staging, exc) from None
     try:
+        free = free_space(staged.fileno())
         recorder = _Recorder(staged)
         try:
             write(recorder)  # type: ignore[arg-type]  # the recorder stands in for the file the writer expects
             recorder.flush()
         except BaseException as exc:
             if recorder.error is not None:
-                raise save_error(staging, recorder.error) from exc
+                raise space_error(staging, recorder.error, write, free) from exc
             raise
         size = staged.tell()
         staged.seek(0)

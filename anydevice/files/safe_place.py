@@ -45,8 +45,9 @@ def os_cause(exc: OSError) -> str:
     return f"{cause} ({exc.filename})" if exc.filename else cause
 
 
-def save_error(path: Path | str, exc: OSError) -> CheckpointError:
-    """A :class:`CheckpointError` saying that saving ``path`` failed, and why."""
+def save_error(path: Path | str, exc: OSError, *, needed: int | None = None, free: int | None = None) -> CheckpointError:
+    """A :class:`CheckpointError` saying that saving ``path`` failed, and why; ``needed`` and ``free`` (bytes) say how
+    much the file needs and how much the filesystem had, where a full disk or a size limit is why."""
     hints = {
         errno.ENOSPC: "Free space on that filesystem, or save somewhere else; the previous checkpoint was kept.",
         errno.EDQUOT: "Free space within your quota, or save somewhere else; the previous checkpoint was kept.",
@@ -54,7 +55,10 @@ def save_error(path: Path | str, exc: OSError) -> CheckpointError:
         errno.EPERM: "Save to a directory you can write to, or fix its permissions.",
         errno.EROFS: "Save to a writable filesystem.",
     }
-    return CheckpointError(f"Cannot save {path}: {os_cause(exc)}.", hints.get(exc.errno or 0))
+    sizes = [f"{needed:,} bytes needed"] if needed is not None else []
+    sizes += [f"{free:,} free there"] if free is not None else []
+    cause = os_cause(exc) + (f" ({', '.join(sizes)})" if sizes else "")
+    return CheckpointError(f"Cannot save {path}: {cause}.", hints.get(exc.errno or 0))
 
 
 class Place:

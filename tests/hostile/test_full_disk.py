@@ -9,6 +9,7 @@ chain). Real ENOSPC from a 256 KiB tmpfs (root), real EFBIG from ``RLIMIT_FSIZE`
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -50,13 +51,20 @@ def fill(disk: Path, leave: int) -> None:
 @ROOT
 @pytest.mark.parametrize("leave", [0, 64 << 10], ids=["full", "64k-left"])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_ad_save_of_every_shape_on_a_full_disk_says_no_space(tiny_disk: Path, shape: str, leave: int) -> None:
+def test_ad_save_of_every_shape_on_a_full_disk_says_no_space(tiny_disk: Path, tmp_path: Path, shape: str, leave: int) -> None:
+    roomy = tmp_path
     path = tiny_disk / "ckpt.pt"
     ad.save({"version": 1}, path)
     fill(tiny_disk, leave)
+    free = os.statvfs(tiny_disk).f_bavail * os.statvfs(tiny_disk).f_frsize
+    state = SHAPES[shape]()
+    ad.save(state, roomy / "same.pt")  # on a disk with room: the size the full disk's error must name
+    needed = (roomy / "same.pt").stat().st_size
     with pytest.raises(CheckpointError) as info:
-        ad.save(SHAPES[shape](), path)
-    assert str(info.value) == f"Cannot save {path}: no space left on the device.\n{NO_SPACE}"
+        ad.save(state, path)
+    assert str(info.value) == (
+        f"Cannot save {path}: no space left on the device ({needed:,} bytes needed, {free:,} free there).\n{NO_SPACE}"
+    )
     assert ad.load(path) == {"version": 1} and temps(tiny_disk) == []
 
 
@@ -91,9 +99,12 @@ def test_an_in_place_rewrite_whose_staging_directory_is_full_says_no_space_namin
         for shape in sorted(SHAPES):
             with pytest.raises(CheckpointError) as info:  # was a bare OSError from the staged file's close
                 ad.save(SHAPES[shape](), locked / "ckpt.pt")
-            assert str(info.value) == (
-                f"Cannot save {locked / 'ckpt.pt'} (staged in {tiny_disk}): no space left on the device.\n{NO_SPACE}"
-            ), shape
+            assert re.fullmatch(
+                re.escape(f"Cannot save {locked / 'ckpt.pt'} (staged in {tiny_disk}): no space left on the device (")
+                + r"[\d,]+ bytes needed, [\d,]+ free there\)\.\n"
+                + re.escape(NO_SPACE),
+                str(info.value),
+            ), (shape, str(info.value))
     finally:
         subprocess.run(["chattr", "-i", str(locked)], check=True)
     assert ad.load(locked / "ckpt.pt") == {"version": 1}
@@ -127,6 +138,9 @@ def test_a_file_size_limit_says_too_large_for_every_save(tmp_path: Path, how: st
     too_large = "the file is too large for this filesystem or for the process's file-size limit"
     # a limit of 0 fails at the temporary directory's marker file, before DCP's writer: the words of ad.save
     first_file = how == "save" or limit == 0
-    expected = f"Cannot save {target}: {too_large}." if first_file else f"Saving checkpoint {target} failed: {too_large}"
-    assert done.stdout.strip() == expected
+    if how == "save":
+        assert re.fullmatch(re.escape(f"Cannot save {target}: {too_large} (") + r"[\d,]+ bytes needed\)\.", done.stdout.strip())
+    else:
+        expected = f"Cannot save {target}: {too_large}." if first_file else f"Saving checkpoint {target} failed: {too_large}"
+        assert done.stdout.strip() == expected
     assert not target.exists()
