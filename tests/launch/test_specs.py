@@ -192,3 +192,25 @@ def test_the_script_arguments_reach_the_host_unchanged(tmp_path: Path) -> None:
     echo = spec["run"].replace("anydevice run -n 1", "printf '%s\\n'")
     shown = subprocess.run(["bash", "-c", echo], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert shown.stdout.splitlines() == [str(TRAIN), *ARGS]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "set -e\necho hi\n",
+        "a\nb",
+        "a\n\n  b\n",
+        " leading\nspace",
+        "a\n  \nb",
+        "two\nends\n\n",
+        "tab\tin\nit",
+        "é\n✓",
+        "a\x1bb\nc",
+    ],
+)
+def test_the_yaml_writer_reads_back_every_string_exactly(text: str) -> None:
+    """Multi-line strings (the engines' shell scripts) become literal blocks only where a block reads back the same."""
+    from anydevice.integrations.llmd import to_yaml
+
+    value = {"run": text, "list": [text, {"inner": text}]}
+    assert yaml.safe_load(to_yaml(value)) == value
