@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +34,11 @@ OWN = {
     "--mesh": True,
     "--timeout": True,
     "--json": False,
+    "--allow-writes": False,
 }
 USAGE = (
     "usage: anydevice check SCRIPT [ARGS...] --target DEVICES [--json] [--steps N] [-n N] [--mesh AXIS=N,...] "
-    "[--timeout S] [-- SCRIPT ARGS]"
+    "[--timeout S] [--allow-writes] [-- SCRIPT ARGS]"
 )
 DROPPED = frozenset({"ANYDEVICE_STRICT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"})
 """Variables the child must not inherit: it runs one plain process on the CPU."""
@@ -42,7 +46,7 @@ DROPPED = frozenset({"ANYDEVICE_STRICT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LO
 
 def split(argv: list[str]) -> tuple[dict[str, Any], str, list[str]]:
     """(check's options, SCRIPT, the script's arguments) from the command line."""
-    options: dict[str, Any] = {"--json": False}
+    options: dict[str, Any] = {"--json": False, "--allow-writes": False}
     script: str | None = None
     rest: list[str] = []
     tokens = iter(argv)
@@ -119,15 +123,23 @@ if words and words[0].isdigit() and b"done" not in words:
         os.killpg(int(words[0]), signal.SIGKILL)
     except OSError:
         pass
+marker = b"TMPDIR=" + os.fsencode(sys.argv[1])  # what the script started in a session of its own carries it too
+for entry in os.listdir("/proc"):
+    try:
+        with open(f"/proc/{entry}/environ", "rb") as f:
+            if entry.isdigit() and marker in f.read().split(b"\0"):
+                os.kill(int(entry), signal.SIGKILL)
+    except OSError:
+        pass
 shutil.rmtree(sys.argv[1], ignore_errors=True)
 """
 
 
-def _guardian(folder: str) -> int:
-    """Start the guardian of ``folder`` and the child to come; returns the pipe's write end (close it last)."""
+def _guardian(folder: str) -> tuple[int, int]:
+    """Start the guardian of ``folder`` and the child to come: (the pipe's write end (close it last), its pid)."""
     read, write = os.pipe()
     try:
-        subprocess.Popen(
+        guardian = subprocess.Popen(
             [sys.executable, "-S", "-c", _GUARDIAN, folder],
             stdin=read,
             stdout=subprocess.DEVNULL,
@@ -138,7 +150,15 @@ def _guardian(folder: str) -> int:
         )
     finally:
         os.close(read)
-    return write
+    return write, guardian.pid
+
+
+def _tell(guardian: int, words: str) -> None:
+    """Write to the guardian; a guardian already gone (killed by someone) must not end check without its report."""
+    try:
+        os.write(guardian, words.encode())
+    except OSError:
+        pass
 
 
 def _dies_with(parent: int) -> Any:
@@ -161,19 +181,24 @@ def observe(
     timeout: float,
     mesh: dict[str, int] | None = None,
     compile_targets: list[str] | None = None,
+    allow_writes: bool = False,
 ) -> dict[str, Any]:
     """Run the script's first ``steps`` steps on the CPU in a child process; its observation as a dict.
 
     The child's working directory is an empty scratch folder (its relative writes land there; the user's files
     are read through :class:`~anydevice.preflight.scratch.ScratchView`); its standard input is ``/dev/null``.
-    Everything it writes goes to a temporary folder removed afterwards; the child and its whole process group
-    (DataLoader workers included) end with check, on any signal, ``kill -9`` included. ``compile_targets``
-    (``["tpu:v5e-8"]``): the child then compiles the step for each slice with the plugin's slice compiler.
+    Everything outside check's temporary folder is read-only for it and every process it starts
+    (:mod:`anydevice.preflight.containment`: Landlock, else a mount namespace, else a copy; where none holds, an
+    error unless ``allow_writes``). Everything it writes goes to a temporary folder removed afterwards; the child,
+    its whole process group (DataLoader workers included) and what it started in a session of its own end with
+    check, on any signal, ``kill -9`` included. ``compile_targets`` (``["tpu:v5e-8"]``): the child then compiles
+    the step for each slice with the plugin's slice compiler.
     """
+    from anydevice.preflight import containment
     from anydevice.preflight.runner_protocol import COMPILE_REQUEST, COMPILING
 
     tmp = tempfile.mkdtemp(prefix="anydevice-check-")
-    guardian = _guardian(tmp)
+    guardian, guardian_pid = _guardian(tmp)
     try:
         work = Path(tmp) / "workdir"
         work.mkdir()
@@ -185,17 +210,25 @@ def observe(
             ANYDEVICE="cpu",
             ANYDEVICE_CUDA_COMPAT="1",
             ANYDEVICE_QUIET="1",
-            TMPDIR=tmp,
+            TMPDIR=tmp,  # also the mark of every process of this run (the guardian ends those left)
             ANYDEVICE_CACHE_DIR=str(Path(tmp) / "cache"),
             TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor"),
             PYTHONDONTWRITEBYTECODE="1",  # no __pycache__ written next to the user's modules (existing caches are read)
         )
         env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)  # as `python -m` from there
         shape = json.dumps(mesh) if mesh is not None else "-"
-        command = [sys.executable, "-m", "anydevice.preflight.runner", str(out), str(steps), str(world), shape, os.getcwd()]
-        command += [str(script.resolve()), *args]
-        child = subprocess.Popen(
+
+        def command(script_path: Path, cwd: Path) -> list[str]:
+            runner = [sys.executable, "-m", "anydevice.preflight.runner", str(out), str(steps), str(world), shape, str(cwd)]
+            return [*runner, str(script_path.resolve()), *args]
+
+        plan = containment.plan(Path(tmp), script, Path.cwd())
+        reaper = _Reaper(guardian_pid)
+        child = containment.start(
+            plan,
             command,
+            allow_writes,
+            _dies_with(os.getpid()),
             cwd=work,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -204,17 +237,16 @@ def observe(
             text=True,
             errors="replace",
             start_new_session=True,
-            preexec_fn=_dies_with(os.getpid()),
         )
-        os.write(guardian, f"{child.pid}\n".encode())  # its process group (a new session: the group is its pid)
-        output = ""
+        _tell(guardian, f"{child.pid}\n")  # its process group (a new session: the group is its pid)
+        reader = _Output(child)  # read as it comes: a helper the script left holding the pipe must not hold check
         try:
-            output, _ = child.communicate(timeout=timeout)
+            child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             if (Path(tmp) / COMPILING).exists():  # the CPU run ended; a compile was under way
                 return _stopped_compile(out, Path(tmp) / COMPILING, f"did not finish within --timeout {timeout:g} s")
             raise AnyDeviceError(
-                f"{script} did not reach {steps} step(s) on the CPU within {timeout:g} s.{_tail(output)}",
+                f"{script} did not reach {steps} step(s) on the CPU within {timeout:g} s.{_tail(reader.text())}",
                 "Lower --steps, or raise --timeout.",
             ) from None
         finally:
@@ -223,11 +255,16 @@ def observe(
             except (ProcessLookupError, PermissionError):
                 pass
             child.wait()
-            os.write(guardian, b"done\n")
+            reaper.end(f"TMPDIR={tmp}")  # what it started in a session of its own
+            _tell(guardian, "done\n")
+        output = reader.text(wait=5.0)
+        refused = _refused(Path(tmp), output, plan)
         if (Path(tmp) / COMPILING).exists() and child.returncode and child.returncode < 0:
             why = "was killed (out of host memory?)" if child.returncode == -signal.SIGKILL else f"died ({child.returncode})"
             return _stopped_compile(out, Path(tmp) / COMPILING, f"{why} on this machine")
         if not out.exists():
+            if refused:
+                raise AnyDeviceError(_wrote(script, refused, plan) + _tail(output), _WRITES)
             raise AnyDeviceError(
                 f"{script} ended on the CPU without a result (exit {child.returncode}).{_tail(output)}", _RUN_ON_CPU
             )
@@ -236,9 +273,195 @@ def observe(
         shutil.rmtree(tmp, ignore_errors=True)
         os.close(guardian)
     if "error" in data:
+        if refused and data["error"] not in _HINTS:
+            stopped = f" The script then stopped: {plan.user_path(str(data['error']))}"
+            raise AnyDeviceError(_wrote(script, refused, plan) + stopped + _tail(output), _WRITES)
         hint = _HINTS["stdin"] if data.get("stdin") else _HINTS.get(data["error"], _RUN_ON_CPU)
         raise AnyDeviceError(_explain(script, data) + _tail(output), hint)
+    if data.get("run") is not None:
+        data["run"].update(containment=plan.mechanism, refused=refused)
     return data
+
+
+class _Output:
+    """The child's output (stdout and stderr), read by a thread as it comes."""
+
+    def __init__(self, child: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self.thread = threading.Thread(target=self._read, args=(child,), daemon=True)
+        self.thread.start()
+
+    def _read(self, child: subprocess.Popen[str]) -> None:
+        assert child.stdout is not None
+        try:
+            for line in child.stdout:
+                self.lines.append(line)
+        except (OSError, ValueError):
+            pass
+
+    def text(self, wait: float = 0.5) -> str:
+        """What was read, after waiting up to ``wait`` seconds for the end of the output."""
+        self.thread.join(wait)
+        return "".join(self.lines)
+
+
+class _Reaper:
+    """What the script starts in a session of its own ends with the check: this process adopts the script's orphans
+    (a child subreaper, for the run) and ends them, with every process that carries the run's mark."""
+
+    def __init__(self, guardian: int) -> None:
+        self.me, self.guardian = os.getpid(), guardian
+        self.since = _start_time(guardian) or 0  # the orphans to end started after the guardian (check's own children before)
+        self.adopting = _subreaper(1)
+
+    def end(self, mark: str) -> None:
+        marker = mark.encode()
+        for _ in range(50):
+            found = [pid for pid in _pids() if self._ours(pid, marker)]
+            if not found:
+                break
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            self._reap()
+            time.sleep(0.02)
+        self._reap()
+        if self.adopting:
+            _subreaper(0)
+
+    def _ours(self, pid: int, marker: bytes) -> bool:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    return True
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return False
+        adopted = int(fields[1]) == self.me and pid != self.guardian and int(fields[19]) >= self.since
+        return adopted and fields[0] != b"Z" and self.adopting
+
+    def _reap(self) -> None:
+        if not self.adopting:
+            return
+        for pid in _pids():
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                if int(fields[1]) == self.me and fields[0] == b"Z" and int(fields[19]) >= self.since:
+                    os.waitpid(pid, os.WNOHANG)
+            except (OSError, IndexError, ChildProcessError):
+                pass
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid()]
+    except OSError:
+        return []
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _subreaper(on: int) -> bool:
+    """Adopt (1) or stop adopting (0) this process's orphaned descendants; False where the kernel cannot (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    from anydevice.cli.lifeline import PR_SET_CHILD_SUBREAPER
+
+    return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, on, 0, 0, 0)) == 0
+
+
+_DENIED = re.compile(r"(Permission denied|Read-only file system|Operation not permitted)")
+_QUOTED = re.compile(r"'([^']+)'|\"([^\"]+)\"|cannot create (/[^:]+):|(/[^\s:]+)")
+
+
+def _refused(tmp: Path, output: str, plan: Any) -> list[str]:
+    """The writes the script tried outside check's scratch folder, refused, each ``file:line tried to VERB PATH``
+    (the ``file:line`` of the user's code; a command's refusal read from its output)."""
+    from anydevice.preflight.scratch import REFUSED
+
+    records = []
+    try:
+        with open(tmp / REFUSED, encoding="utf-8", errors="replace") as log:
+            for line in log:
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    found: list[str] = []
+    for r in records:
+        if r.get("op") != "run":
+            where = f"{_where(r.get('line'))} " if r.get("line") else ""
+            found.append(plan.user_path(f"{where}tried to {r.get('op')} {r.get('path')}"))
+    runs = [r for r in records if r.get("op") == "run"]
+    for text in output.splitlines():
+        if not _DENIED.search(text) or not runs:
+            continue
+        paths = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(text)]
+        path = next((p for p in paths if p.startswith("/")), paths[0] if paths else "")
+        if any(_under(path, str(r.get("path"))) for r in records if r.get("op") != "run"):
+            continue  # the script's own report of a write already noted (an exception it printed)
+        run = max(runs, key=lambda r: max((len(p) for p in _ancestors(path) if p in str(r.get("command"))), default=0))
+        where = f"{_where(run.get('line'))} " if run.get("line") else ""
+        said = text.strip()[:200]
+        found.append(plan.user_path(f"{where}ran `{_short(str(run.get('command')))}`, whose write was refused ({said})"))
+    return list(dict.fromkeys(found))[:20]
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _where(line: Any) -> str:
+    """``file:line`` relative to the working directory when the file is under it (``train.py:3``)."""
+    text = str(line)
+    cwd = os.getcwd().rstrip(os.sep) + os.sep
+    return text[len(cwd) :] if text.startswith(cwd) else text
+
+
+def _ancestors(path: str) -> list[str]:
+    """``path`` and its folders up to the second level (a command names the folder it removes, not each file)."""
+    parts = path.rstrip("/").split("/")
+    return ["/".join(parts[:n]) for n in range(len(parts), 2, -1)]
+
+
+def _short(command: str) -> str:
+    return command if len(command) <= 120 else command[:117] + "..."
+
+
+def _wrote(script: Path, refused: list[str], plan: Any) -> str:
+    more = f"; {len(refused) - 1} more write(s) refused" if len(refused) > 1 else ""
+    return (
+        f"{refused[0]}: check never changes your files; this is a script that writes at start-up{more} ({held(plan.mechanism)})."
+    )
+
+
+def held(mechanism: str) -> str:
+    """What kept the script from the user's files, in words (the mechanism's name first)."""
+    from anydevice.preflight.containment import HOW
+
+    return f"{mechanism}: {HOW[mechanism]}" if mechanism in HOW else mechanism
+
+
+_WRITES = (
+    "check runs the script's first steps with everything outside its scratch folder read-only (docs/check.md): "
+    "writes by relative path, through __file__ or into your folders go to scratch; removing, renaming or changing "
+    "your files (and any write elsewhere, by the shell or a subprocess) is refused. Make that write conditional, "
+    "or move it after the first steps; `python SCRIPT` itself is unaffected."
+)
 
 
 def _stopped_compile(out: Path, compiling: Path, why: str) -> dict[str, Any]:
@@ -301,6 +524,10 @@ def render(report: Any) -> str:
             "ran in a scratch working directory, removed afterwards: "
             + (f"the files the script wrote went there, not to yours ({wrote})" if obs.run.files else "the script wrote no file")
         )
+        if obs.run.containment:
+            lines.append(f"contained by {held(obs.run.containment)}")
+        for refusal in obs.run.refused[:5]:
+            lines.append(f"refused (your files are as they were): {refusal}")
     lines += [
         f"seen: {len(obs.signatures)} input signature(s) in {sum(s.batches for s in obs.signatures)} batch(es); "
         f"{obs.capture.graph_count if obs.capture.graph_count is not None else '?'} graph(s), "
@@ -347,7 +574,8 @@ def main(argv: list[str]) -> int:
         raise AnyDeviceError(f"No such script: {script}.", USAGE)
     require_compiler(targets)
     compile_targets = slice_targets(targets)
-    observation = Observation.model_validate(observe(path, args, steps, world, timeout, mesh, compile_targets))
+    observed = observe(path, args, steps, world, timeout, mesh, compile_targets, allow_writes=options["--allow-writes"])
+    observation = Observation.model_validate(observed)
     result = report(observation, targets, script=script)
     if options["--json"]:
         print(result.model_dump_json(indent=2))
