@@ -206,6 +206,10 @@ class CpuRun(_Model):
     """What kept the script from the user's files: ``landlock``, ``namespace``, ``copy`` or ``none`` (--allow-writes)."""
     refused: list[str] = Field(default_factory=list)
     """The writes to the user's files refused while it ran, each ``file:line tried to remove PATH`` (or the command)."""
+    containment: str = ""
+    """What kept the script from the user's files: ``landlock``, ``namespace``, ``copy`` or ``none`` (--allow-writes)."""
+    refused: list[str] = Field(default_factory=list)
+    """The writes to the user's files refused while it ran, each ``file:line tried to remove PATH`` (or the command)."""
 
 
 class Observation(_Model):
