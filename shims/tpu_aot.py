@@ -21,7 +21,8 @@ import resource
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,17 @@ _UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 Loss = StepLoss
 """The loss the step takes the gradient of (:class:`~anydevice.contract.check_facts.StepLoss`)."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One model of the step with its first training call's inputs, the optimizer that updates it and its loss."""
+
+    model: Any
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    optimizer: Any
+    loss: Loss = field(default_factory=Loss)
 
 
 def prepare_environment(slice_: Slice | None = None) -> None:
@@ -156,11 +168,15 @@ def compile_step(
     mesh: Mapping[str, int] | None = None,
     loss: Loss | None = None,
     plan: Any = "auto",
+    parts: Sequence[Part] = (),
 ) -> dict[str, Any]:
     """Compile one training step of ``model`` on ``args``/``kwargs`` for the TPU slice ``target`` (``"v5e-8"``).
 
     ``mesh``: axis -> degree over the slice's devices (``dp`` replicates parameters and optimizer state,
     ``fsdp`` shards them, ``tp`` follows ``plan``; -1 is what is left; default: ``dp`` over every device).
+    ``parts``: the script's other models, each with its first training call's inputs and the optimizer that
+    updates it (a GAN's discriminator): in the same program, each with its parameters, state, summed-output loss
+    and update (``program`` says so).
     Never raises for what the compiler says (an error is in the result); raises ``AnyDeviceError`` for input
     anydevice refuses (the extra missing, a float64 tensor, an unknown optimizer, a mesh that does not fit).
     Returns the fields of ``anydevice.preflight.schema.CompiledStep`` (docs/check.md).
@@ -170,6 +186,8 @@ def compile_step(
     if why:
         raise AnyDeviceError(f"A compiled check for tpu:{slice_.name} needs libtpu's compiler here: {why}.", EXTRA_FIX)
     _refuse_float64(model, args, kwargs or {})
+    for part in parts:
+        _refuse_float64(part.model, part.args, part.kwargs)
     prepare_environment(slice_)
     import jax
     from jax.experimental import topologies
@@ -177,7 +195,8 @@ def compile_step(
     started = time.perf_counter()
     devices = topologies.get_topology_desc(topology_name=slice_.topology, platform="tpu").devices
     degrees = _degrees(mesh, len(devices))
-    program, described, timings = _program(model, args, dict(kwargs or {}), optimizer, degrees, devices, loss or Loss(), plan)
+    main = Part(model, args, dict(kwargs or {}), optimizer, loss or Loss())
+    program, described, timings = _program([main, *parts], degrees, devices, plan)
     result: dict[str, Any] = dict(
         compiler=compiler_name(),
         target=f"tpu:{slice_.name}",
@@ -192,6 +211,11 @@ def compile_step(
         ok=False,
         seconds=0.0,
     )
+    if parts:  # a GAN's discriminator: its parameters, state and update are in, its coupling to the first model is not
+        result["assumptions"].append(
+            "the script's other models are stepped on their own first inputs and losses (a summed output where the loss is "
+            "not recognised): no gradient flows from one model through another (a generator's through the discriminator)"
+        )
     effort = float(jax.config.jax_exec_time_optimization_effort)
     if effort:  # set by the caller (the benchmark's quick schedule): said, since the schedule decides the temporaries
         result["assumptions"].append(f"compiled with JAX's exec_time_optimization_effort={effort:g}, not the default 0")
@@ -215,15 +239,15 @@ def compile_step(
     result["seconds"] = round(time.perf_counter() - started, 2)
     result["lower_seconds"] = timings.get("lower_seconds")
     stats = compiled.memory_analysis()
-    parts = {
+    sizes = {
         "arguments": stats.argument_size_in_bytes,
         "outputs": stats.output_size_in_bytes,
         "aliased": stats.alias_size_in_bytes,
         "temporaries": stats.temp_size_in_bytes,
         "code": stats.generated_code_size_in_bytes,
     }
-    parts["total"] = parts["arguments"] + parts["outputs"] - parts["aliased"] + parts["temporaries"] + parts["code"]
-    result["per_chip_bytes"] = per_chip_bytes = {k: int(v) * per_chip for k, v in parts.items()}
+    sizes["total"] = sizes["arguments"] + sizes["outputs"] - sizes["aliased"] + sizes["temporaries"] + sizes["code"]
+    result["per_chip_bytes"] = per_chip_bytes = {k: int(v) * per_chip for k, v in sizes.items()}
     text = compiled.as_text()
     result["collectives"] = {name: n for name in COLLECTIVES if (n := len(re.findall(rf"\b{name}(?:-start)?\(", text)))}
     result["ok"] = True
@@ -301,114 +325,148 @@ def _refuse_float64(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
             )
 
 
-def _program(
-    model: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    optimizer: Any,
-    degrees: dict[str, int],
-    devices: Any,
-    loss: Loss,
-    plan: Any,
-) -> tuple[Any, str, dict[str, float]]:
-    """A thunk that lowers and compiles the step for the slice, its description, and its timings once it ran."""
+def _program(parts: Sequence[Part], degrees: dict[str, int], devices: Any, plan: Any) -> tuple[Any, str, dict[str, float]]:
+    """A thunk that lowers and compiles the step of every part for the slice, its description, and its timings once it ran.
+
+    The step's loss is the sum of the parts' losses (each part's gradient is its own loss's: the parts share no
+    parameter), and each part's optimizer updates its parameters and state, donated.
+    """
     import jax
     import numpy as np
-    import torch
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
-    from torch.utils._pytree import tree_flatten, tree_unflatten
 
-    from anydevice.shims.jax_step import optimizer_program
-
-    torchax = _torchax()
-    from torchax.interop import JittableModule
-    from torchax.ops.mappings import t2j_dtype
-
-    env = torchax.default_env()
-    opt = optimizer_program(optimizer)
     axes = tuple(degrees)
     mesh = Mesh(np.array(devices).reshape(tuple(degrees.values())), axes)
     data_axes = tuple(a for a in axes if a in DATA_AXES)
     data_degree = math.prod(degrees[a] for a in data_axes)
-    jittable = JittableModule(model, dedup_parameters=True)  # tied weights stay one parameter
-    split = _tp_dims(model, plan, degrees.get("tp", 1))
-
-    def struct(tensor: torch.Tensor, batch: bool = False) -> Any:
-        dtype = torch.int32 if tensor.dtype == torch.int64 else tensor.dtype  # TPUs index in int32
-        shape = list(tensor.shape)
-        if batch and shape:
-            shape[0] *= data_degree
-        return jax.ShapeDtypeStruct(tuple(shape), t2j_dtype(dtype))
-
-    def param_spec(name: str, tensor: torch.Tensor) -> Any:
-        spec: list[str | None] = [None] * tensor.dim()
-        if name in split and split[name] < tensor.dim():
-            spec[split[name]] = "tp"
-        if degrees.get("fsdp", 1) > 1:
-            free = [d for d in range(tensor.dim()) if spec[d] is None and tensor.shape[d] % degrees["fsdp"] == 0]
-            if free:
-                spec[max(free, key=lambda d: tensor.shape[d])] = "fsdp"
-        return NamedSharding(mesh, PartitionSpec(*spec))
-
-    params = {n: struct(t) for n, t in jittable.params.items()}
-    buffers = {n: struct(t) for n, t in jittable.buffers.items()}
-    param_shardings = {n: param_spec(n, t) for n, t in jittable.params.items()}
+    built = [_Built(part, degrees, mesh, data_degree, plan, first=i == 0) for i, part in enumerate(parts)]
     replicated = NamedSharding(mesh, PartitionSpec())
     batch_sharding = NamedSharding(mesh, PartitionSpec(data_axes or None))
-    leaves, spec_tree = tree_flatten((args, kwargs))
-    tensor_at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-    inputs = [struct(leaves[i], batch=True) for i in tensor_at]
-    target = [struct(loss.target, batch=True)] if loss.target is not None and loss.kind in ("cross_entropy", "mse") else []
 
-    def loss_of(p: Any, b: Any, xs: Any, ys: Any) -> Any:
-        p_t, b_t, xs_t, ys_t = env.j2t_iso((p, b, xs, ys))
-        filled = list(leaves)
-        for i, x in zip(tensor_at, xs_t):
-            filled[i] = x
-        call_args, call_kwargs = tree_unflatten(filled, spec_tree)
-        with env:
-            out = jittable.functional_call("forward", p_t, b_t, *call_args, **call_kwargs)
-            value = _loss_value(out, loss, ys_t)
-        return env.t2j_iso(value)
+    def step(ps: Any, states: Any, bs: Any, xss: Any, yss: Any) -> Any:
+        def total(ps: Any) -> Any:
+            values = [b.loss_of(p, buf, xs, ys) for b, p, buf, xs, ys in zip(built, ps, bs, xss, yss)]
+            return sum(values[1:], values[0])
 
-    def step(p: Any, state: Any, b: Any, xs: Any, ys: Any) -> Any:
-        value, grads = jax.value_and_grad(loss_of)(p, b, xs, ys)
-        new_p, new_state = opt.update(p, grads, state)
-        return value, new_p, new_state
+        value, grads = jax.value_and_grad(total)(ps)
+        updated = [b.opt.update(p, g, s) for b, p, g, s in zip(built, ps, grads, states)]
+        return value, [u[0] for u in updated], [u[1] for u in updated]
 
-    state = tuple(params for _ in range(opt.slots))
-    state_shardings = tuple(param_shardings for _ in range(opt.slots))
+    param_shardings = [b.param_shardings for b in built]
+    state_shardings = [tuple(b.param_shardings for _ in range(b.opt.slots)) for b in built]
     jitted = jax.jit(
         step,
         in_shardings=(
             param_shardings,
             state_shardings,
-            {n: replicated for n in buffers},
-            [batch_sharding] * len(inputs),
-            [batch_sharding] * len(target),
+            [{n: replicated for n in b.buffers} for b in built],
+            [[batch_sharding] * len(b.inputs) for b in built],
+            [[batch_sharding] * len(b.target) for b in built],
         ),
         out_shardings=(replicated, param_shardings, state_shardings),
         donate_argnums=(0, 1),
     )
+    params = [b.params for b in built]
+    states = [tuple(b.params for _ in range(b.opt.slots)) for b in built]
 
     def run() -> Any:
         with _tolerate_removed_overloads():
             started = time.perf_counter()
-            lowered = jitted.lower(params, state, buffers, inputs, target)  # torchax traces the step to StableHLO
+            lowered = jitted.lower(
+                params, states, [b.buffers for b in built], [b.inputs for b in built], [b.target for b in built]
+            )  # torchax traces the step to StableHLO
             timings["lower_seconds"] = round(time.perf_counter() - started, 2)
             return lowered.compile()  # libtpu
 
     timings: dict[str, float] = {}
-
-    loss_text = {
-        "model": "the model's own loss",
-        "cross_entropy": "cross-entropy against the batch's targets, as the script computes",
-        "mse": "mean squared error against the batch's targets, as the script computes",
-        "sum": "the summed output (the script's loss was not recognised: a backward through every output)",
-    }[loss.kind]
     mesh_text = ", ".join(f"{a}={d}" for a, d in degrees.items())
-    described = f"forward, {loss_text}, backward, {opt.description}; mesh {mesh_text}; batch x{data_degree} over the data axes"
+    described = f"forward, {LOSS_TEXT[parts[0].loss.kind]}, backward, {built[0].opt.description}"
+    if len(built) > 1:
+        others = "; ".join(
+            f"{type(b.part.model).__name__} of {b.parameters:,} parameters: forward, {LOSS_TEXT[b.part.loss.kind]}, "
+            f"backward, {b.opt.description}"
+            for b in built[1:]
+        )
+        described += f"; and the script's {len(built) - 1} other model(s) with their optimizers, in the same program: {others}"
+    described += f"; mesh {mesh_text}; batch x{data_degree} over the data axes"
     return run, described, timings
+
+
+LOSS_TEXT = {
+    "model": "the model's own loss",
+    "cross_entropy": "cross-entropy against the batch's targets, as the script computes",
+    "mse": "mean squared error against the batch's targets, as the script computes",
+    "sum": "the summed output (the script's loss was not recognised: a backward through every output)",
+}
+
+
+class _Built:
+    """A part as the jitted step takes it: torchax's functional module, the shapes and shardings of its parameters,
+    buffers, inputs and targets, its optimizer as JAX code, and its loss as a function of those."""
+
+    def __init__(self, part: Part, degrees: dict[str, int], mesh: Any, data_degree: int, plan: Any, first: bool) -> None:
+        import jax
+        import torch
+        from jax.sharding import NamedSharding, PartitionSpec
+        from torch.utils._pytree import tree_flatten
+
+        from anydevice.shims.jax_step import optimizer_program
+
+        torchax = _torchax()
+        from torchax.interop import JittableModule
+        from torchax.ops.mappings import t2j_dtype
+
+        self.part, self.env = part, torchax.default_env()
+        self.opt = optimizer_program(part.optimizer)
+        self.jittable = JittableModule(part.model, dedup_parameters=True)  # tied weights stay one parameter
+        try:
+            split = _tp_dims(part.model, plan, degrees.get("tp", 1))
+        except AnyDeviceError:
+            if first:
+                raise
+            split = {}  # another model the plan does not fit: replicated over tp (a lower bound of its split)
+
+        def struct(tensor: torch.Tensor, batch: bool = False) -> Any:
+            dtype = torch.int32 if tensor.dtype == torch.int64 else tensor.dtype  # TPUs index in int32
+            shape = list(tensor.shape)
+            if batch and shape:
+                shape[0] *= data_degree
+            return jax.ShapeDtypeStruct(tuple(shape), t2j_dtype(dtype))
+
+        def param_spec(name: str, tensor: torch.Tensor) -> Any:
+            spec: list[str | None] = [None] * tensor.dim()
+            if name in split and split[name] < tensor.dim():
+                spec[split[name]] = "tp"
+            if degrees.get("fsdp", 1) > 1:
+                free = [d for d in range(tensor.dim()) if spec[d] is None and tensor.shape[d] % degrees["fsdp"] == 0]
+                if free:
+                    spec[max(free, key=lambda d: tensor.shape[d])] = "fsdp"
+            return NamedSharding(mesh, PartitionSpec(*spec))
+
+        self.params = {n: struct(t) for n, t in self.jittable.params.items()}
+        self.parameters = sum(t.numel() for t in self.jittable.params.values())
+        self.buffers = {n: struct(t) for n, t in self.jittable.buffers.items()}
+        self.param_shardings = {n: param_spec(n, t) for n, t in self.jittable.params.items()}
+        self.leaves, self.spec_tree = tree_flatten((part.args, dict(part.kwargs)))
+        self.tensor_at = [i for i, leaf in enumerate(self.leaves) if isinstance(leaf, torch.Tensor)]
+        self.inputs = [struct(self.leaves[i], batch=True) for i in self.tensor_at]
+        loss = part.loss
+        self.target = (
+            [struct(loss.target, batch=True)] if loss.target is not None and loss.kind in ("cross_entropy", "mse") else []
+        )
+
+    def loss_of(self, p: Any, b: Any, xs: Any, ys: Any) -> Any:
+        from torch.utils._pytree import tree_unflatten
+
+        p_t, b_t, xs_t, ys_t = self.env.j2t_iso((p, b, xs, ys))
+        filled = list(self.leaves)
+        for i, x in zip(self.tensor_at, xs_t):
+            filled[i] = x
+        call_args, call_kwargs = tree_unflatten(filled, self.spec_tree)
+        with self.env:
+            out = self.jittable.functional_call("forward", p_t, b_t, *call_args, **call_kwargs)
+            value = _loss_value(out, self.part.loss, ys_t)
+        return self.env.t2j_iso(value)
 
 
 def _tp_dims(model: Any, plan: Any, tp: int) -> dict[str, int]:

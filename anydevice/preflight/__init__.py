@@ -139,7 +139,7 @@ def check(
         if not stepped and opt is not None:  # its step has no meta kernel here: the state from the optimizer's kind
             observer.memory.optimizer_state = optimizer_state_bytes(opt, observer.memory.parameters)
     observation = observer.finish()
-    observation.compiled = compile_slices(work, args, {}, opt, names, mesh, None)
+    observation.compiled = compile_slices(work, args, {}, opt, names, mesh, None, covered=[0] if opt is not None else [])
     result = report(observation, names)
     if meta:
         result.kind = FROM_SHAPES

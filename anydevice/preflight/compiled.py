@@ -81,8 +81,12 @@ def choose_loss(batch: Any, args: Any, kwargs: Any, ops: Iterable[str]) -> Any:
 
     from anydevice.contract.check_facts import StepLoss as Loss
 
-    given = {(t.data_ptr(), tuple(t.shape)) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-    rest = [t for t in tree_leaves(batch) if isinstance(t, torch.Tensor) and (t.data_ptr(), tuple(t.shape)) not in given]
+    given = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+
+    def was_given(t: torch.Tensor) -> bool:  # the model's inputs are kept as copies: recognised by their values
+        return any(g.shape == t.shape and g.dtype == t.dtype and torch.equal(g, t) for g in given)
+
+    rest = [t for t in tree_leaves(batch) if isinstance(t, torch.Tensor) and not was_given(t)]
     seen = set(ops)
     if rest and seen & CROSS_ENTROPY_OPS:
         return Loss("cross_entropy", next((t for t in rest if not t.is_floating_point()), rest[0]))
@@ -99,15 +103,26 @@ def compile_slices(
     targets: Sequence[str],
     mesh: Mapping[str, int] | None,
     loss: Any,
+    parts: Sequence[tuple[Any, tuple[Any, ...], Mapping[str, Any], Any]] = (),
+    covered: Sequence[int] | None = None,
 ) -> dict[str, CompiledStep]:
-    """One compile of the step per slice target (``{"tpu:v5e-8": CompiledStep}``); the model may be on meta."""
+    """One compile of the step per slice target (``{"tpu:v5e-8": CompiledStep}``); the model may be on meta.
+
+    ``parts``: the script's other models, each with its first training call's inputs and its optimizer, compiled in
+    the same program; ``covered``: the indices (in ``observation.optimizers``) of every optimizer the program updates.
+    """
     out: dict[str, CompiledStep] = {}
     for target in slice_targets(targets):
         device, name = split_target(target)
         compiler = slice_compiler(device)
         assert compiler is not None and name is not None  # require_compiler ran first
-        fields = compiler.compile_step(model, args, kwargs, optimizer=optimizer, target=name, mesh=mesh, loss=loss)
-        out[target] = CompiledStep.model_validate(fields)
+        part = getattr(compiler, "Part", None)
+        extra = {"parts": [part(*p) for p in parts]} if part is not None and parts else {}
+        fields = compiler.compile_step(model, args, kwargs, optimizer=optimizer, target=name, mesh=mesh, loss=loss, **extra)
+        step = CompiledStep.model_validate(fields)
+        if covered is not None:
+            step.optimizers = list(covered)[: 1 + len(extra.get("parts", []))]
+        out[target] = step
     return out
 
 
@@ -137,6 +152,8 @@ def compiled_memory(step: CompiledStep, findings: list[Finding], optimizers: Seq
             findings.append(Finding(check="memory", severity="warning", message=unknown, fix=UNKNOWN_CAPACITY_FIX))
             return ["partly checked"]
         said = "fits" if partial is None else "the compiled part fits"
+        if partial is None and step.optimizers is not None and len(step.optimizers) > 1:
+            said += f" (all {len(step.optimizers)} optimizers the script steps are in the program, each with its model)"
         message = (
             f"compiled by {where}: {_gib(total)} per chip of {_gib(capacity)}{share}, {said}; "
             f"collectives {collectives}; {step.seconds:g} s (compiled, not run)"
@@ -194,8 +211,12 @@ def _partial(step: CompiledStep, optimizers: Sequence[OptimizerUse]) -> tuple[st
     other optimizers' parameters and state outside it; None when the script steps at most one optimizer."""
     if len(optimizers) < 2:
         return None
-    compiled = next((o for o in optimizers if o.updates_model), optimizers[0])
-    others = [o for o in optimizers if o is not compiled]
+    first = next((i for i, o in enumerate(optimizers) if o.updates_model), 0)
+    held = set(step.optimizers) if step.optimizers is not None else {first}
+    if held >= set(range(len(optimizers))):
+        return None  # every optimizer the script steps is in the program
+    compiled = optimizers[first]
+    others = [o for i, o in enumerate(optimizers) if i not in held]
     outside = [o for o in others if not o.updates_model]  # parameters the compiled model does not have
     shards = step.mesh.get("fsdp", 1) * step.mesh.get("tp", 1)
     per_chip = max(step.devices // step.chips, 1) if step.chips else 1
@@ -208,10 +229,14 @@ def _partial(step: CompiledStep, optimizers: Sequence[OptimizerUse]) -> tuple[st
         for o in others
     )
     message = (
-        f"this script steps {len(optimizers)} optimizers; the compiled answer covers one (the {compiled.name} stepped{where}, "
-        f"updating the model called first); not in it: {listed}"
+        f"this script steps {len(optimizers)} optimizers; the compiled answer covers {_count(len(held))} (the {compiled.name} "
+        f"stepped{where}, updating the model called first{', and others' if len(held) > 1 else ''}); not in it: {listed}"
     )
     return message, outside_bytes
+
+
+def _count(n: int) -> str:
+    return {1: "one", 2: "two", 3: "three"}.get(n, str(n))
 
 
 def _mb(n: int) -> str:

@@ -217,7 +217,8 @@ def judge(target: str, facts: CheckFacts, obs: Observation, owner: str | None = 
         "runs": "runs",
         "runs with CPU fallbacks": f"runs with {len(fallbacks)} CPU fallback(s)",
         "will recompile": f"will recompile {recompiles} time(s)",
-        "partly checked": f"partly checked (the compiled step covers 1 of {len(obs.optimizers)} optimizers)",
+        "partly checked": f"partly checked (the compiled step covers {_covered(obs, target)} of "
+        f"{len(obs.optimizers)} optimizers)",
     }.get(verdict, verdict)
     rank = {"error": 0, "warning": 1, "info": 2}
     fixes = list(dict.fromkeys(f.fix for f in sorted(findings, key=lambda f: rank[f.severity]) if f.fix and f.severity != "info"))
@@ -236,6 +237,12 @@ def judge(target: str, facts: CheckFacts, obs: Observation, owner: str | None = 
         ops=ops,
         sources=sources,
     )
+
+
+def _covered(obs: Observation, target: str) -> int:
+    """How many of the script's optimizers the compiled step for ``target`` updates."""
+    step = obs.compiled.get(target)
+    return 1 if step is None or step.optimizers is None else len(step.optimizers)
 
 
 def judge_ops(target: str, facts: CheckFacts, obs: Observation, owner: str | None = None) -> list[OpVerdict]:

@@ -279,7 +279,7 @@ class Observer:
     @contextlib.contextmanager
     def first_call(self, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[None]:
         """Around the model's first call: remember it and measure the tensors saved for backward."""
-        self.model, self.args, self.kwargs = model, _detached(args), _detached(kwargs)
+        self.model, self.args, self.kwargs = model, detached(args), detached(kwargs)
         saved: list[torch.Tensor] = []
         weights = _WeightIndex(model)
 
@@ -386,13 +386,14 @@ def _short_last(batches: list[str]) -> bool:
     return len(batches) > 2 and len(set(batches[:-1])) == 1 and batches[-1] != batches[0]
 
 
-def _detached(value: Any) -> Any:
+def detached(value: Any) -> Any:
+    """A copy of ``value`` with every tensor detached and cloned (the inputs of a call, kept past the step)."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
     if isinstance(value, dict):
-        return {k: _detached(v) for k, v in value.items()}
+        return {k: detached(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
-        return type(value)(_detached(v) for v in value)
+        return type(value)(detached(v) for v in value)
     return value
 
 

@@ -12,10 +12,11 @@ fixed degrees.
 
 The hooks wrap ``DataLoader.__iter__`` (each batch's signature, and a short last batch), the top-level
 ``Module.__call__`` (the model and its first inputs; the first iteration's ops under
-:class:`~anydevice.preflight.observe.OpRecorder`) and every optimizer step (global hooks: each optimizer the
-script steps is recorded, a GAN's two included, with its parameters and state; the first iteration ends at the
-step of the optimizer that updates the model; the run stops after N steps, at the end of an iteration). A
-``@torch.compile``'d step runs with dynamo off (eagerly, the same math), so its calls and steps are seen. The step boundary is the optimizer step: a script without a
+:class:`~anydevice.preflight.observe.OpRecorder`; each other model's first call, for the compiled step) and every
+optimizer step (global hooks: each optimizer the script steps is recorded, a GAN's two included, with its
+parameters and state; the first iteration ends at the step of the optimizer that updates the model; the run
+stops after N steps, at the end of an iteration). A ``@torch.compile``'d step runs with dynamo off (eagerly,
+the same math), so its calls and steps are seen. The step boundary is the optimizer step: a script without a
 DataLoader (a ``get_batch()`` of its own) is observed from the model's calls, whose inputs give the
 signatures. Only calls with gradients on count (an evaluation under ``torch.no_grad()`` is not the step).
 Then the observation is written to OUT as JSON. A script that fails first writes ``{"error": ...}``.
@@ -37,7 +38,7 @@ import torch.utils.data
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from anydevice.preflight.epoch import short_last_batch
-from anydevice.preflight.observe import Observer, OpRecorder
+from anydevice.preflight.observe import Observer, OpRecorder, detached
 from anydevice.preflight.schema import CpuRun, CudaCall
 from anydevice.preflight.scratch import ScratchView
 from anydevice.preflight.source_calls import calls_in
@@ -60,6 +61,9 @@ class Hooks:
         self.optimizers: list[torch.optim.Optimizer] = []
         """Every optimizer stepped, in the order of their first steps."""
         self.iteration_done = False
+        self.calls: list[tuple[torch.nn.Module, Any, Any]] = []
+        """Each module's first training call in the first iteration, with its inputs (a GAN: the generator's and the
+        discriminator's): the compiled step holds every model an optimizer updates."""
         self.recording = False
         self.model: torch.nn.Module | None = None
         """The module of the first training call (its later calls give the signatures when there is no DataLoader)."""
@@ -93,6 +97,8 @@ class Hooks:
                 return hooks.nested(module_call, module, args, kwargs)  # inside the model, or not a training call
             if hooks.iteration_done:
                 hooks.stop_recording()  # the first iteration ended: its ops after the optimizer steps are in
+            elif all(module is not m for m, _, _ in hooks.calls):  # each model's first training call (a GAN's two)
+                hooks.calls.append((module, detached(args), detached(kwargs)))
             if not hooks.loader_seen and (hooks.model is None or module is hooks.model):
                 hooks.observer.batch((args, kwargs))  # no DataLoader: the model's inputs are the batches
             if hooks.observer.model is None:
@@ -124,6 +130,7 @@ class Hooks:
         self.observer.recorder = OpRecorder()
         self.observer.model, self.model = None, None
         self.observer.batches.clear()
+        self.calls.clear()
 
     def watch_meshes(self) -> None:
         """Record the script's first mesh (degrees and line) and build it over this one process instead."""
@@ -207,6 +214,25 @@ class Hooks:
     def compiled_optimizer(self) -> torch.optim.Optimizer | None:
         """The optimizer of the compiled step: the one that updates the observed model, else the first stepped."""
         return self.optimizer or (self.optimizers[0] if self.optimizers else None)
+
+    def parts(self) -> tuple[list[tuple[torch.nn.Module, Any, Any, torch.optim.Optimizer]], list[int]]:
+        """The other models of the step, each with its first call's inputs and the optimizer that updates it, and the
+        indices (in the order of first steps) of every optimizer the compiled step then holds."""
+        from anydevice.preflight.observe import unwrap
+
+        main = self.compiled_optimizer()
+        covered = [i for i, o in enumerate(self.optimizers) if o is main]
+        parts = []
+        for i, optimizer in enumerate(self.optimizers):
+            if optimizer is main:
+                continue
+            held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            for module, args, kwargs in self.calls:
+                if module is not self.observer.model and held <= {id(p) for p in module.parameters()}:
+                    parts.append((unwrap(module), tuple(args), dict(kwargs), optimizer))
+                    covered.append(i)
+                    break
+        return parts, covered
 
 
 @contextlib.contextmanager
@@ -302,11 +328,20 @@ def _compile(request: dict[str, Any], hooks: Hooks, observation: Any, out: Path)
     mesh = request.get("mesh") or observation.mesh
     if mesh and not set(mesh) <= {"dp", "fsdp", "tp"}:
         mesh = None  # the script's own axis names: the compiled step takes dp over the slice (said in its program)
+    parts, covered = hooks.parts()
     for target in request["targets"]:
         out.with_name(COMPILING).write_text(target)
         try:
             step = compile_slices(
-                model, hooks.observer.args, hooks.observer.kwargs, hooks.compiled_optimizer(), [target], mesh, loss
+                model,
+                hooks.observer.args,
+                hooks.observer.kwargs,
+                hooks.compiled_optimizer(),
+                [target],
+                mesh,
+                loss,
+                parts=parts,
+                covered=covered,
             )
         except AnyDeviceError as exc:
             out.write_text(json.dumps({"error": "compile_refused", "message": str(exc)}))

@@ -174,6 +174,9 @@ class CompiledStep(_Model):
     """Usable HBM per chip as the compiler states it."""
     collectives: dict[str, int] = Field(default_factory=dict)
     host_peak_rss_bytes: int | None = None
+    optimizers: list[int] | None = None
+    """Indices in ``observation.optimizers`` of those the program updates, each with its model's parameters, state
+    and update (a GAN: both); None: the one that updates the observed model."""
 
 
 class ShortLastBatch(_Model):
@@ -202,10 +205,6 @@ class CpuRun(_Model):
     """The files the script wrote, as it named them (relative to its working directory, or absolute)."""
     from_loader: bool = True
     """The signatures are the DataLoader's batches; False: the model's inputs (a script without a DataLoader)."""
-    containment: str = ""
-    """What kept the script from the user's files: ``landlock``, ``namespace``, ``copy`` or ``none`` (--allow-writes)."""
-    refused: list[str] = Field(default_factory=list)
-    """The writes to the user's files refused while it ran, each ``file:line tried to remove PATH`` (or the command)."""
     containment: str = ""
     """What kept the script from the user's files: ``landlock``, ``namespace``, ``copy`` or ``none`` (--allow-writes)."""
     refused: list[str] = Field(default_factory=list)

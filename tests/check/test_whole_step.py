@@ -26,6 +26,12 @@ GENERATOR = (16 * 64 + 64) + (64 * 32 + 32)  # gan.py's two models, counted by h
 DISCRIMINATOR = (32 * 512 + 512) + (512 * 512 + 512) + (512 + 1)
 
 
+def marker(case: str, script: str = "gan.py") -> str:
+    """``NAME:N`` of the line marked ``# CHECK: case``."""
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return f"{script}:{next(i for i, line in enumerate(lines, 1) if f'# CHECK: {case}' in line)}"
+
+
 @functools.cache
 def checked(script: str, *args: str) -> Report:
     done = cli_in_process("check", str(SCRIPTS / script), *args, "--target", "tpu,cpu", "--json")
@@ -40,7 +46,8 @@ def test_a_gan_steps_two_optimizers_and_the_estimate_counts_both() -> None:
     discriminator, generator = obs.optimizers  # in the order of their first steps: D's, then G's
     assert (discriminator.name, discriminator.parameters, discriminator.updates_model) == ("AdamW", DISCRIMINATOR, False)
     assert (generator.name, generator.parameters, generator.updates_model) == ("AdamW", GENERATOR, True)
-    assert discriminator.line and discriminator.line.endswith("gan.py:19") and generator.line.endswith("gan.py:23")
+    assert discriminator.line and discriminator.line.endswith(marker("discriminator step"))
+    assert generator.line and generator.line.endswith(marker("generator step"))
     assert discriminator.steps == generator.steps == 2  # 4 steps: two whole iterations, each optimizer in both
     assert discriminator.state_bytes >= 2 * 4 * DISCRIMINATOR  # AdamW's two moments
     mem = obs.memory
@@ -53,8 +60,9 @@ def test_a_gan_steps_two_optimizers_and_the_estimate_counts_both() -> None:
 
 
 def test_the_compiled_answer_for_one_of_two_optimizers_is_partly_checked_never_fits() -> None:
-    """The compiled step holds the generator's AdamW; the discriminator's is outside it: "partly checked", or "will
-    not fit" when the discriminator's parameters and state alone push the step past the chip."""
+    """A compiled step holding the generator's AdamW alone (the discriminator's outside it) is "partly checked", or
+    "will not fit" when the discriminator's parameters and state push the step past the chip; one holding both is
+    the whole answer. (tests/tpu_compile/test_whole_step_compiled.py compiles gan.py itself.)"""
     step = CompiledStep(
         compiler="libtpu", target="tpu:v5e-8", topology="v5e:2x4", counting="8 chips", chips=8, devices=8,
         device_kind="TPU v5 lite", mesh={"dp": 8}, program="forward", ok=True, fits=True, seconds=1.0,
@@ -76,6 +84,10 @@ def test_the_compiled_answer_for_one_of_two_optimizers_is_partly_checked_never_f
     sharded = step.model_copy(update={"mesh": {"fsdp": 8}})
     assert compiled_memory(sharded, [], [huge, generator]) == ["partly checked"]  # 15 GiB over 8 shards fits beside it
     assert compiled_memory(step, [], [generator]) == []  # one optimizer: the compiled answer is the whole step
+    both = step.model_copy(update={"optimizers": [1, 0]})  # the runner compiled the discriminator's part too
+    findings = []
+    assert compiled_memory(both, findings, [huge, generator]) == []
+    assert "fits (all 2 optimizers the script steps are in the program" in findings[0].message
 
 
 def test_ad_check_refuses_a_closure_optimizer_by_name() -> None:
@@ -90,7 +102,7 @@ def test_ad_check_refuses_a_closure_optimizer_by_name() -> None:
 def test_a_script_stepping_lbfgs_with_its_closure_is_checked() -> None:
     obs = checked("lbfgs.py").observation
     (lbfgs,) = obs.optimizers
-    assert lbfgs.name == "LBFGS" and lbfgs.parameters == 9 and lbfgs.line and lbfgs.line.endswith("lbfgs.py:19")
+    assert lbfgs.name == "LBFGS" and lbfgs.parameters == 9 and lbfgs.line and lbfgs.line.endswith(marker("step", "lbfgs.py"))
     # its state: the direction and step history (4 inner iterations a step, two tensors of 9 floats each) beside d and t
     assert lbfgs.state_bytes > 2 * 3 * 9 * 4
     assert obs.memory is not None and obs.memory.optimizer == "LBFGS" and obs.memory.optimizer_state == lbfgs.state_bytes
@@ -101,13 +113,12 @@ def test_a_compiled_step_function_is_observed_eagerly() -> None:
     report = checked("compiled_step.py")
     obs = report.observation
     assert obs.steps == 4 and [o.name for o in obs.optimizers] == ["SGD"]
-    lines = [line for line in SCRIPTS.joinpath("compiled_step.py").read_text().splitlines()]
-    model_line = next(i for i, line in enumerate(lines, 1) if "# CHECK: model call" in line)
-    assert any(u.op == "aten::addmm" and u.line and u.line.endswith(f"compiled_step.py:{model_line}") for u in obs.ops)
+    model_line = marker("model call", "compiled_step.py")
+    assert any(u.op == "aten::addmm" and u.line and u.line.endswith(model_line) for u in obs.ops)
     assert obs.signatures[0].signature == "(8, 16):float32, (8,):int64"
     (tpu,) = [t for t in report.targets if t.target == "tpu"]
     noted = [f for f in tpu.findings if f.check == "capture" and "torch.compile" in f.message]
-    assert noted and noted[0].line and noted[0].line.endswith("compiled_step.py:12")
+    assert noted and noted[0].line and noted[0].line.endswith(marker("compiled", "compiled_step.py"))
     assert tpu.verdict == "runs"
 
 

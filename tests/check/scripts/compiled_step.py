@@ -9,7 +9,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,))), batch_size=8)
 
 
-@torch.compile
+@torch.compile  # CHECK: compiled
 def train_step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     loss = nn.functional.cross_entropy(model(x), y)  # CHECK: model call
     loss.backward()

@@ -18,8 +18,8 @@ for (real,) in data:
     )
     opt_d.zero_grad()
     loss_d.backward()
-    opt_d.step()
+    opt_d.step()  # CHECK: discriminator step
     loss_g = bce(discriminator(fake), torch.ones(real.shape[0], 1))
     opt_g.zero_grad()
     loss_g.backward()
-    opt_g.step()
+    opt_g.step()  # CHECK: generator step

@@ -16,4 +16,4 @@ for _ in range(10):
         loss.backward()
         return loss
 
-    optimizer.step(closure)
+    optimizer.step(closure)  # CHECK: step
