@@ -47,6 +47,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -56,7 +57,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from anydevice import settings
 from anydevice.cli import launch_args, lifeline, rank_end, rank_start
@@ -132,15 +133,43 @@ def first_failure(failures: Mapping[int, Any]) -> tuple[int, Any]:
     rank: a rank 0 that failed because rank 1 crashed in the same second was named as the failed rank. The error
     files' modification times (nanoseconds) break the tie; a failure without a file (a signal) comes after those
     with one in its second.
+
+    A rank the launcher itself stopped (SIGTERM, then SIGKILL, once another rank failed) comes after every rank
+    that failed on its own: its status is the stop, not the failure (a rank's ``sys.exit(3)`` was reported as 1).
     """
 
-    def when(item: tuple[int, Any]) -> tuple[int, float]:
+    def when(item: tuple[int, Any]) -> tuple[bool, int, float]:
+        stopped = item[1].exitcode in (-signal.SIGTERM, -signal.SIGKILL)
         try:
-            return item[1].timestamp, os.stat(item[1].error_file).st_mtime_ns
+            return stopped, item[1].timestamp, os.stat(item[1].error_file).st_mtime_ns
         except (OSError, TypeError, ValueError):
-            return item[1].timestamp, math.inf
+            return stopped, item[1].timestamp, math.inf
 
     return min(failures.items(), key=when)
+
+
+SUMMARY_LIMIT = 20_000
+"""Characters of torch elastic's failure summary printed; a rank's own stderr (above it) has the message whole."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def failure_summary(text: str, limit: int = SUMMARY_LIMIT) -> str:
+    """torch elastic's summary of a failed run made safe to print: a rank's terminal escape sequences (and other
+    control characters) shown escaped, and a message longer than ``limit`` cut, saying so."""
+    cut = len(text) - limit
+    if cut > 0:
+        text = text[:limit]
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+    if cut > 0:
+        text += f"\n... (the summary was cut: {cut:,} more characters; the rank's own stderr above has its message whole)"
+    return text
+
+
+def exit_status(exitcode: int) -> int:
+    """The launcher's status for a rank's exit code: the code itself, or ``128 + N`` (a shell's) for signal N."""
+    if exitcode > 0:
+        return exitcode
+    return 128 - exitcode if exitcode < 0 else 1
 
 
 def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Sequence[Any], start_method: str) -> int:
@@ -172,9 +201,10 @@ def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Seque
             exc.__dict__["get_first_failure"] = lambda: (rank, failure)  # torch's "Root Cause" below names the same rank
             if all(f.exitcode in (lifeline.INTERRUPTED, -signal.SIGINT) for f in exc.failures.values()):
                 return _interrupted(signal.SIGINT)  # Ctrl-C reached the ranks before the launcher
-            sys.stderr.write(str(exc.format_msg()) + "\n")  # type: ignore[no-untyped-call]  # torch elastic's format_msg is untyped
+            summary = str(exc.format_msg())  # type: ignore[no-untyped-call]  # torch elastic's format_msg is untyped
+            sys.stderr.write(failure_summary(summary) + "\n")
             sys.stderr.write(f"anydevice run: rank {rank} failed (exit code {failure.exitcode}); the run was stopped.\n")
-            return failure.exitcode if failure.exitcode > 0 else 1
+            return exit_status(failure.exitcode)
         except RendezvousError as exc:
             raise DistributedError(
                 f"The ranks could not meet at the rendezvous {endpoint}: {exc}",
@@ -575,23 +605,45 @@ def registered_launcher(name: str) -> Launcher:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of ``anydevice run``; returns the exit status (non-zero when a rank or the command failed)."""
+    """Entry point of ``anydevice run``; returns the exit status (non-zero when a rank or the command failed).
+
+    Nothing the run started outlives it (:func:`lifeline.end_descendants`), and Ctrl-C ends it at any moment:
+    one line, status 130, without waiting on what torch elastic left half-started (a thread, a store).
+    """
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        code = _interrupted(signal.SIGINT)
+        lifeline.end_descendants()
+        _end_now(code)
+    finally:
+        lifeline.end_descendants()
+
+
+def _end_now(code: int) -> NoReturn:
+    """End the launcher now with ``code``, its streams flushed (an interrupted torch elastic may hold it otherwise)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _main(argv: list[str]) -> int:
     args = launch_args.parse(argv)
     slurm_env.srun_launch(args)  # inside an srun task: the tasks' ranks form one world
-    try:
-        if _one_process(args):
-            return _run_one_process(args)
-        spec, _, name = _plan(args)
-        lifeline.guard_descendants()  # what the ranks or the command start ends with this run
-        if args.command:
-            from anydevice.cli.command import run_command
+    if _one_process(args):
+        return _run_one_process(args)
+    spec, _, name = _plan(args)
+    lifeline.guard_descendants()  # what the ranks or the command start ends with this run
+    if args.command:
+        from anydevice.cli.command import run_command
 
-            with _environment(spec.env):
-                return run_command(args.command, os.environ)
-        launcher = registered_launcher(name)
-        return launcher(spec)
-    except KeyboardInterrupt:
-        return _interrupted(signal.SIGINT)
+        with _environment(spec.env):
+            return run_command(args.command, os.environ)
+    launcher = registered_launcher(name)
+    return launcher(spec)
 
 
 def _one_process(args: argparse.Namespace) -> bool:

@@ -12,9 +12,10 @@
   ``kill -9``) it sends SIGTERM to every process still carrying that value or seen descending from
   the launcher (the launcher is their subreaper, so a rank's orphans stay in its tree; the guardian
   notes the tree every half second), and their descendants, then SIGKILL one second later: a process
-  that ignores SIGTERM, clears its environment or starts its own session still ends. Linux only (it
-  reads ``/proc``); a process started with a cleared environment in the last half second before the
-  launcher ends may escape it.
+  that ignores SIGTERM, clears its environment or starts its own session still ends. When the launcher ends
+  by itself (a result, a failure, Ctrl-C) it waits for that (:func:`end_descendants`), so nothing the run
+  started outlives its exit. Linux only (it reads ``/proc``); a process started with a cleared environment in
+  the last half second before the launcher ends may escape it.
 """
 
 from __future__ import annotations
@@ -129,6 +130,24 @@ def guard_descendants() -> None:
     # orphans of a rank become the launcher's children, not init's: they stay in the tree the guardian watches
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _guardian = (guardian, write)  # the pipe stays open until this process ends: its end is the guardian's signal
+
+
+def end_descendants(wait_s: float = 6.0) -> None:
+    """End this launcher's descendants now and wait until they are gone (the guardian's SIGTERM, then SIGKILL one
+    second later), so that nothing the run started outlives the launcher's own exit; no-op without a guardian."""
+    global _guardian
+    if _guardian is None:
+        return
+    guardian, write = _guardian
+    _guardian = None
+    try:
+        os.close(write)  # the guardian's signal: it ends every descendant, then exits
+    except OSError:
+        pass
+    try:
+        guardian.wait(wait_s)
+    except subprocess.TimeoutExpired:  # it keeps working on its own: the launcher ends now
+        pass
 
 
 _guardian: tuple[subprocess.Popen[bytes], int] | None = None

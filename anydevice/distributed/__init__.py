@@ -84,6 +84,18 @@ def _env_store(dist: Any, rank: int, world: int, timeout: Any) -> dict[str, Any]
     return {"store": prefixed}
 
 
+def launch_world() -> tuple[int, int]:
+    """``RANK`` and ``WORLD_SIZE`` as a launcher set them, refused at once when they cannot name a rank of the world
+    (a rank past the world waited in the rendezvous until its timeout)."""
+    rank, world = settings.rank(), settings.world_size()
+    fix = "Unset RANK and WORLD_SIZE (anydevice run sets them), or give 0 <= RANK < WORLD_SIZE."
+    if world < 1:
+        raise DistributedError(f"WORLD_SIZE={world} must be at least 1.", fix)
+    if not 0 <= rank < world:
+        raise DistributedError(f"RANK={rank} is outside 0..{world - 1} (WORLD_SIZE={world}).", fix)
+    return rank, world
+
+
 def init(timeout_s: float | None = None) -> None:
     """Create the process group with the selected device's backend; safe to call twice.
 
@@ -107,7 +119,7 @@ def init(timeout_s: float | None = None) -> None:
     if launched():
         slurm_env.adopt()  # an srun task: torchrun's variables from SLURM's, for the rendezvous
         if collectives.init_method == "env://":
-            kwargs.update(rank=settings.rank(), world_size=settings.world_size())
+            kwargs.update(zip(("rank", "world_size"), launch_world()))
             kwargs.update(_env_store(dist, kwargs["rank"], kwargs["world_size"], kwargs.get("timeout")))
         else:
             kwargs["init_method"] = collectives.init_method
