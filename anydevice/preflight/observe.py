@@ -266,6 +266,8 @@ class Observer:
         self.script_mesh_line: str | None = None
         self.optimizer_uses: dict[int, list[Any]] = {}  # id -> [optimizer, steps, line of its first step]
         self.optimizers: list[OptimizerUse] = []
+        self.other_activations = 0
+        """Bytes saved for backward by the other models' first training calls (a GAN's discriminator)."""
 
     def caller(self) -> str | None:
         """``file:line`` of the user's code calling in now (the first frame outside torch and anydevice)."""
@@ -291,6 +293,22 @@ class Observer:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             yield
         self.activations = _bytes(saved)
+
+    @contextlib.contextmanager
+    def other_call(self, model: torch.nn.Module) -> Iterator[None]:
+        """Around another model's first training call (a GAN's discriminator): its tensors saved for backward add to
+        the activation estimate."""
+        saved: list[torch.Tensor] = []
+        weights = _WeightIndex(model)
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            if not weights.holds(tensor):
+                saved.append(tensor)
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield
+        self.other_activations += _bytes(saved)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer stepped: counted, with the user's line of its first step."""
@@ -327,7 +345,7 @@ class Observer:
             parameters=_bytes(params),
             gradients=_bytes(grads),
             optimizer_state=sum(use.state_bytes for use in self.optimizers),
-            activations=self.activations,
+            activations=self.activations + self.other_activations,
             optimizer=" + ".join(use.name for use in self.optimizers) or None,
             optimizers=len(self.optimizers),
         )

@@ -95,10 +95,12 @@ class Hooks:
         def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             if hooks.depth or not torch.is_grad_enabled() or not any(p.requires_grad for p in module.parameters()):
                 return hooks.nested(module_call, module, args, kwargs)  # inside the model, or not a training call
+            first_of_module = False
             if hooks.iteration_done:
                 hooks.stop_recording()  # the first iteration ended: its ops after the optimizer steps are in
             elif all(module is not m for m, _, _ in hooks.calls):  # each model's first training call (a GAN's two)
                 hooks.calls.append((module, detached(args), detached(kwargs)))
+                first_of_module = True
             if not hooks.loader_seen and (hooks.model is None or module is hooks.model):
                 hooks.observer.batch((args, kwargs))  # no DataLoader: the model's inputs are the batches
             if hooks.observer.model is None:
@@ -106,6 +108,9 @@ class Hooks:
                 hooks.recording = True
                 hooks.observer.recorder.__enter__()  # type: ignore[no-untyped-call]  # TorchDispatchMode.__enter__ is untyped
                 with hooks.observer.first_call(module, args, kwargs):
+                    return hooks.nested(module_call, module, args, kwargs)
+            if first_of_module:  # another model (a GAN's discriminator): what it saves for backward is counted too
+                with hooks.observer.other_call(module):
                     return hooks.nested(module_call, module, args, kwargs)
             return hooks.nested(module_call, module, args, kwargs)
 
@@ -131,6 +136,7 @@ class Hooks:
         self.observer.model, self.model = None, None
         self.observer.batches.clear()
         self.calls.clear()
+        self.observer.other_activations = 0
 
     def watch_meshes(self) -> None:
         """Record the script's first mesh (degrees and line) and build it over this one process instead."""

@@ -54,6 +54,7 @@ def test_a_gan_steps_two_optimizers_and_the_estimate_counts_both() -> None:
     assert mem is not None and mem.optimizers == 2 and mem.optimizer == "AdamW + AdamW"
     assert mem.parameters == 4 * (GENERATOR + DISCRIMINATOR)
     assert mem.optimizer_state == discriminator.state_bytes + generator.state_bytes
+    assert mem.activations >= 4 * 8 * (32 + 512 + 512)  # the discriminator's first forward saves its input and two layers
     (tpu,) = [t for t in report.targets if t.target == "tpu"]
     (memory,) = [f for f in tpu.findings if f.check == "memory"]
     assert "2 optimizers' (AdamW + AdamW) state" in memory.message
