@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import struct
 import zipfile
 from collections.abc import Sequence
@@ -100,20 +99,6 @@ def describe(fd: int) -> str:
         names = zip_names(fd)
         return "a damaged zip archive" if names is None else describe_zip(names)
     return describe_head(head)
-
-
-def describe_path(path: str | os.PathLike[str]) -> str:
-    """:func:`describe` of the file at ``path``; what it is when it is not a regular file, judged before opening."""
-    from anydevice.files.safe_files import kind
-
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        return kind(st)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-    try:
-        return describe(fd)
-    finally:
-        os.close(fd)
 
 
 def describe_zip(names: Sequence[str]) -> str:
