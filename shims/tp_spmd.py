@@ -39,6 +39,32 @@ def _refuse_multiprocess(name: str) -> None:
         )
 
 
+def live_device_tensors() -> int:
+    """How many tensors on an XLA device this process holds (0 at once when torch_xla never made one)."""
+    import torch_xla.debug.metrics as met
+
+    if not met.counter_value("CreateXlaTensor"):
+        return 0
+    import gc
+
+    tensors = (obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor))  # type(): no __class__ lookups
+    return sum(1 for tensor in tensors if tensor.device.type == "xla")
+
+
+def _refuse_tensors_made_before(name: str) -> None:
+    """SPMD switched on after tensors reached the device: torch_xla replicates them and the next step can die of
+    SIGSEGV (torch_xla 2.9, ``xr.use_spmd()`` after ``model.to(device)``); refused with the order that works."""
+    count = live_device_tensors()
+    if count:
+        raise UnsupportedFeatureError(
+            f"Tensor parallelism on {name} (torch_xla SPMD) must be switched on before the first tensor reaches the "
+            f"device, but {count} tensor(s) are there already (the model was moved before the mesh was made): torch_xla "
+            "would replicate them and can crash (SIGSEGV) at the next step.",
+            "Make the mesh first (init_device_mesh(...) or ad.distributed.mesh(...)), then move the model and its "
+            "inputs to the device.",
+        )
+
+
 def spec_for(weight: torch.Tensor, dim: int | None) -> tuple[str | None, ...]:
     """The partition spec of a weight split on ``dim`` over ``tp`` (all None: replicated)."""
     spec: list[str | None] = [None] * weight.dim()
@@ -62,6 +88,7 @@ class SpmdParallel(Lowering):
         import torch_xla.runtime as xr
 
         if not xr.is_spmd():
+            _refuse_tensors_made_before(self.name)
             xr.use_spmd()
         return int(xr.global_runtime_device_count())
 

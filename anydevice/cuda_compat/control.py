@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import atexit
+import os
+import site
 import sys
+import sysconfig
 from typing import TYPE_CHECKING
 
 from anydevice import settings
@@ -90,17 +93,18 @@ LATE_SHOWN = 6
 
 
 def _say_late(active: Redirect) -> None:
-    """Once, on rank 0: cuda-compat was enabled after the program bound torch's names; which were rebound, and which
-    references (default arguments, closures, class attributes) still hold the real CUDA torch."""
-    if (settings.RANK.get() or "0") != "0":
+    """Once, on rank 0: cuda-compat was enabled after the program's own code bound torch's names; which were rebound,
+    and which references (default arguments, closures, class attributes) still hold the real torch."""
+    rebound = [f"{module.__name__}.{key}" for module, key in active.scope.rebound if _programs(module)]
+    if not rebound or (settings.RANK.get() or "0") != "0":
         return
-    scope = active.scope
 
     def shown(names: list[str]) -> str:
         more = f" and {len(names) - LATE_SHOWN} more" if len(names) > LATE_SHOWN else ""
         return ", ".join(names[:LATE_SHOWN]) + more
 
-    held = scope.held_elsewhere(list({id(m): m for m in list(sys.modules.values())}.values()))
+    modules = [m for m in {id(m): m for m in list(sys.modules.values())}.values() if _programs(m)]
+    held = active.scope.held_elsewhere(modules)
     stays = (
         f"still the real torch, CUDA calls not redirected: {shown(held)}"
         if held
@@ -108,9 +112,31 @@ def _say_late(active: Redirect) -> None:
     )
     sys.stderr.write(
         f"anydevice: cuda-compat was enabled after the program bound torch's names: rebound now: "
-        f"{shown(scope.rebound)}; {stays}. Enable it before the program imports torch (`anydevice run "
+        f"{shown(list(dict.fromkeys(rebound)))}; {stays}. Enable it before the program imports torch (`anydevice run "
         "--cuda-compat`, ANYDEVICE_CUDA_COMPAT=1, or cuda_compat.enable() first).\n"
     )
+
+
+def _programs(module: object) -> bool:
+    """Whether ``module`` is the program's own code: ``__main__``, or a file outside Python's library and the
+    installed packages (a library's module is not, nor one without a file: torch's generated ones)."""
+    if getattr(module, "__name__", None) == "__main__":
+        return True
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        return False
+    real = os.path.realpath(path)
+    return not any(real.startswith(folder + os.sep) for folder in _LIBRARY_FOLDERS)
+
+
+_LIBRARY_FOLDERS = tuple(
+    {
+        os.path.realpath(folder)
+        for folder in (*sysconfig.get_paths().values(), *site.getsitepackages(), site.getusersitepackages())
+        if folder
+    }
+)
+"""Python's library and the installed packages (a module with no file, as torch's generated ones, is not the program's)."""
 
 
 def _loud() -> bool:

@@ -27,9 +27,10 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-INTERNAL_PACKAGES = frozenset({"torch", "functorch", "torchgen", "anydevice"})
-"""Top-level packages whose modules keep the real ``torch``; the selected device's vendor packages (those its
-backend reports versions of, such as torch_xla) are added at enable."""
+INTERNAL_PACKAGES = frozenset({"torch", "functorch", "torchgen", "anydevice", "_remote_module_non_scriptable"})
+"""Top-level packages whose modules keep the real ``torch`` (``_remote_module_non_scriptable``: torch's RemoteModule
+template, which torch 2.9 writes to a temporary file and imports by that top-level name); the selected device's vendor
+packages (those its backend reports versions of, such as torch_xla) are added at enable."""
 
 
 SHARED_VALUES = (int, float, str, bool, bytes, tuple, frozenset)
@@ -97,8 +98,8 @@ class Scope:
         self.views: dict[str, ViewModule] = {}
         self.later: dict[str, Callable[[types.ModuleType], Mapping[str, Any]]] = {}
         """Views of torch submodules too costly to import at enable: made when the module is first imported."""
-        self.rebound: list[str] = []
-        """``module.name`` of each global :meth:`rebind` replaced (names bound before enable)."""
+        self.rebound: list[tuple[types.ModuleType, str]] = []
+        """(module, name) of each global :meth:`rebind` replaced (names bound before enable)."""
 
     def add_view(self, real: types.ModuleType, overrides: Mapping[str, Any]) -> ViewModule:
         """A view of ``real`` with ``overrides``; names a module took from ``real`` map to the overrides."""
@@ -147,7 +148,7 @@ class Scope:
                 swapped = self.swap(value)
                 if swapped is not value:
                     namespace[key] = swapped
-                    self.rebound.append(f"{name}.{key}")
+                    self.rebound.append((module, key))
                     done += 1
         return done
 

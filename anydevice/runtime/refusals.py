@@ -77,7 +77,8 @@ def call_site(tb: TracebackType | None) -> str | None:
     found = None
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if not filename.startswith("<") and not any(filename.startswith(folder + os.sep) for folder in skipped):
+        own = str(tb.tb_frame.f_globals.get("__name__", "")).startswith("anydevice.")  # shims/, plugins/ in a checkout
+        if not own and not filename.startswith("<") and not any(filename.startswith(folder + os.sep) for folder in skipped):
             found = f"{filename}:{tb.tb_lineno}"
         tb = tb.tb_next
     return found
