@@ -169,6 +169,7 @@ def compile_step(
     loss: Loss | None = None,
     plan: Any = "auto",
     parts: Sequence[Part] = (),
+    costs: bool = False,
 ) -> dict[str, Any]:
     """Compile one training step of ``model`` on ``args``/``kwargs`` for the TPU slice ``target`` (``"v5e-8"``).
 
@@ -177,6 +178,9 @@ def compile_step(
     ``parts``: the script's other models, each with its first training call's inputs and the optimizer that
     updates it (a GAN's discriminator): in the same program, each with its parameters, state, summed-output loss
     and update (``program`` says so).
+    ``costs``: also return the compiled program's ``cost`` (its ``cost_analysis()`` per chip: flops, bytes accessed,
+    optimal_seconds) and ``collective_bytes`` (per collective kind, the bytes its operands' HLO shapes name, per chip):
+    for ``anydevice plan``; not part of ``CompiledStep``.
     Never raises for what the compiler says (an error is in the result); raises ``AnyDeviceError`` for input
     anydevice refuses (the extra missing, a float64 tensor, an unknown optimizer, a mesh that does not fit).
     Returns the fields of ``anydevice.preflight.schema.CompiledStep`` (docs/check.md).
@@ -250,10 +254,47 @@ def compile_step(
     result["per_chip_bytes"] = per_chip_bytes = {k: int(v) * per_chip for k, v in sizes.items()}
     text = compiled.as_text()
     result["collectives"] = {name: n for name in COLLECTIVES if (n := len(re.findall(rf"\b{name}(?:-start)?\(", text)))}
+    if costs:
+        result["cost"] = _cost(compiled, per_chip)
+        result["collective_bytes"] = {k: v * per_chip for k, v in collective_bytes(text).items()}
     result["ok"] = True
     # a capacity the compiler did not state makes the answer unknown (None), never "fits"
     result["fits"] = None if result["capacity_bytes"] is None else per_chip_bytes["total"] <= result["capacity_bytes"]
     return result
+
+
+def _cost(compiled: Any, per_chip: int) -> dict[str, float]:
+    """``cost_analysis()``'s flops, bytes accessed and optimal_seconds, per chip (libtpu's counts are per device)."""
+    found = compiled.cost_analysis()
+    found = found[0] if isinstance(found, (list, tuple)) and found else found or {}
+    out = {k: float(found[k]) * per_chip for k in ("flops", "bytes accessed") if k in found}
+    if "optimal_seconds" in found:
+        out["optimal_seconds"] = float(found["optimal_seconds"])  # a time: the chip's devices run at once
+    return out
+
+
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4}
+_DTYPE_BYTES |= {"s64": 8, "u64": 8, "f64": 8, "f8e4m3fn": 1, "f8e5m2": 1, "c64": 8}
+_COLLECTIVE_LINE = re.compile(r"=\s*(.*?)\s(all-reduce|reduce-scatter|all-gather)(-start)?\(")
+_SHAPE = re.compile(r"\b([a-z][a-z0-9]*)\[([\d,]*)\]")
+
+
+def collective_bytes(hlo: str) -> dict[str, int]:
+    """Per kind, the bytes of the results of the HLO's all-reduce, reduce-scatter and all-gather, per device, from the
+    shapes the text prints (``%x = f32[1024,64]{1,0} all-reduce(%y)``: 262,144 bytes; an async ``-start``'s tuple: its
+    last element, the output). libtpu's HLO prints no operand shapes: for all-reduce the result is the operand; for
+    all-gather it is the gathered tensor; for reduce-scatter one shard. A loop's body counts once."""
+    out: dict[str, int] = {}
+    for line in hlo.splitlines():
+        found = _COLLECTIVE_LINE.search(line)
+        if found is None:
+            continue
+        shapes = [(t, d) for t, d in _SHAPE.findall(found.group(1)) if t in _DTYPE_BYTES]
+        if found.group(3) and len(shapes) > 1:
+            shapes = shapes[-1:]
+        size = sum(_DTYPE_BYTES[t] * math.prod(int(n) for n in d.split(",") if n) for t, d in shapes)
+        out[found.group(2)] = out.get(found.group(2), 0) + size
+    return out
 
 
 def _failed(result: dict[str, Any], exc: BaseException, per_chip: int) -> dict[str, Any]:
