@@ -106,7 +106,8 @@ def parse_mesh(text: str) -> dict[str, int]:
 
 # The guardian: a bare interpreter (-S, no anydevice import) in its own session, holding the read end of a pipe
 # only check writes. It reads the child's process group from it; at EOF (check ended in any way, ``kill -9``
-# included) it kills that group unless check wrote "done" (it already did), and removes the temporary folder.
+# included) it kills that group unless check wrote "done" (it already did), then every process carrying the run's
+# mark (ANYDEVICE_CHECK_RUN=argv[1]: a helper in a session of its own), and removes the temporary folders (argv[1:]).
 _GUARDIAN = r"""
 import os, shutil, signal, sys
 for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
@@ -123,7 +124,7 @@ if words and words[0].isdigit() and b"done" not in words:
         os.killpg(int(words[0]), signal.SIGKILL)
     except OSError:
         pass
-marker = b"TMPDIR=" + os.fsencode(sys.argv[1])  # what the script started in a session of its own carries it too
+marker = b"ANYDEVICE_CHECK_RUN=" + os.fsencode(sys.argv[1])
 for entry in os.listdir("/proc"):
     try:
         with open(f"/proc/{entry}/environ", "rb") as f:
@@ -131,16 +132,17 @@ for entry in os.listdir("/proc"):
                 os.kill(int(entry), signal.SIGKILL)
     except OSError:
         pass
-shutil.rmtree(sys.argv[1], ignore_errors=True)
+for folder in sys.argv[1:]:
+    shutil.rmtree(folder, ignore_errors=True)
 """
 
 
-def _guardian(folder: str) -> tuple[int, int]:
-    """Start the guardian of ``folder`` and the child to come: (the pipe's write end (close it last), its pid)."""
+def _guardian(*folders: str) -> tuple[int, int]:
+    """Start the guardian of ``folders`` and the child to come: (the pipe's write end (close it last), its pid)."""
     read, write = os.pipe()
     try:
         guardian = subprocess.Popen(
-            [sys.executable, "-S", "-c", _GUARDIAN, folder],
+            [sys.executable, "-S", "-c", _GUARDIAN, *folders],
             stdin=read,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -151,6 +153,24 @@ def _guardian(folder: str) -> tuple[int, int]:
     finally:
         os.close(read)
     return write, guardian.pid
+
+
+SOCKET_ROOM = 60
+"""The longest TMPDIR the child gets: a Unix socket's path (at most 107 bytes) is made under it (``multiprocessing``
+shares a DataLoader worker's batches through ``TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX``; longer, the batch is lost and
+the loader waits forever)."""
+
+
+def _short_tmpdir(tmp: str) -> str:
+    """The child's TMPDIR: check's temporary folder, or a short one beside the system's when its path is too long."""
+    if len(tmp) <= SOCKET_ROOM:
+        return tmp
+    for root in ("/tmp", "/var/tmp", "/dev/shm"):
+        try:
+            return tempfile.mkdtemp(prefix="adc-", dir=root)
+        except OSError:
+            continue
+    return tmp
 
 
 def _tell(guardian: int, words: str) -> None:
@@ -198,7 +218,8 @@ def observe(
     from anydevice.preflight.runner_protocol import COMPILE_REQUEST, COMPILING
 
     tmp = tempfile.mkdtemp(prefix="anydevice-check-")
-    guardian, guardian_pid = _guardian(tmp)
+    short = _short_tmpdir(tmp)
+    guardian, guardian_pid = _guardian(tmp, short)
     try:
         work = Path(tmp) / "workdir"
         work.mkdir()
@@ -210,7 +231,8 @@ def observe(
             ANYDEVICE="cpu",
             ANYDEVICE_CUDA_COMPAT="1",
             ANYDEVICE_QUIET="1",
-            TMPDIR=tmp,  # also the mark of every process of this run (the guardian ends those left)
+            TMPDIR=short,
+            ANYDEVICE_CHECK_RUN=tmp,  # the mark of every process of this run (check and its guardian end those left)
             ANYDEVICE_CACHE_DIR=str(Path(tmp) / "cache"),
             TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor"),
             PYTHONDONTWRITEBYTECODE="1",  # no __pycache__ written next to the user's modules (existing caches are read)
@@ -222,7 +244,7 @@ def observe(
             runner = [sys.executable, "-m", "anydevice.preflight.runner", str(out), str(steps), str(world), shape, str(cwd)]
             return [*runner, str(script_path.resolve()), *args]
 
-        plan = containment.plan(Path(tmp), script, Path.cwd())
+        plan = containment.plan(Path(tmp), script, Path.cwd(), also=[short])
         reaper = _Reaper(guardian_pid)
         child = containment.start(
             plan,
@@ -255,7 +277,7 @@ def observe(
             except (ProcessLookupError, PermissionError):
                 pass
             child.wait()
-            reaper.end(f"TMPDIR={tmp}")  # what it started in a session of its own
+            reaper.end(f"ANYDEVICE_CHECK_RUN={tmp}")  # what it started in a session of its own
             _tell(guardian, "done\n")
         output = reader.text(wait=5.0)
         refused = _refused(Path(tmp), output, plan)
@@ -271,6 +293,7 @@ def observe(
         data: dict[str, Any] = json.loads(out.read_text())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(short, ignore_errors=True)
         os.close(guardian)
     if "error" in data:
         if refused and data["error"] not in _HINTS:

@@ -230,8 +230,8 @@ class Plan:
         return text
 
 
-def plan(tmp: Path, script: Path, cwd: Path) -> Plan:
-    """The plan for running ``script`` from ``cwd`` with ``tmp`` as check's temporary folder."""
+def plan(tmp: Path, script: Path, cwd: Path, also: Sequence[str] = ()) -> Plan:
+    """The plan for running ``script`` from ``cwd`` with ``tmp`` as check's temporary folder (``also``: more of check's own)."""
     forced = (os.environ.get(KNOB) or "").strip()
     if forced and forced not in (*MECHANISMS, "none"):
         raise AnyDeviceError(
@@ -240,7 +240,7 @@ def plan(tmp: Path, script: Path, cwd: Path) -> Plan:
         )
     order = [forced] if forced in MECHANISMS else [] if forced == "none" else list(MECHANISMS)
     user = [str(cwd.resolve()), str(script.resolve().parent)]
-    writable = [str(tmp.resolve()), "/dev/shm"]
+    writable = list(dict.fromkeys([str(tmp.resolve()), *(os.path.realpath(a) for a in also), "/dev/shm"]))
     for system_tmp in dict.fromkeys((tempfile.gettempdir(), "/tmp", "/var/tmp")):
         real = os.path.realpath(system_tmp)
         if os.path.isdir(real) and not any(_under(u, real) for u in user):
