@@ -137,6 +137,7 @@ def test_the_jobset_holds_the_slice_and_the_api_fields(target: str) -> None:
         assert container["resources"]["limits"] == {"google.com/tpu": t.chips_per_host}
 
 
+@pytest.mark.launch_tools
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_job_and_pod_template_pass_the_kubernetes_schema(target: str) -> None:
     validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate to run it")
@@ -151,6 +152,7 @@ def test_the_job_and_pod_template_pass_the_kubernetes_schema(target: str) -> Non
     validate.validate(job, validate.latest_version(), strict=True)  # strict: an unknown or misspelt field fails
 
 
+@pytest.mark.launch_tools
 @pytest.mark.parametrize("target", TARGETS)
 def test_skypilot_loads_the_task(target: str, tmp_path: Path) -> None:
     sky = pytest.importorskip("sky", reason="pip install skypilot to run it")
