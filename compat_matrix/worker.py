@@ -142,6 +142,7 @@ def backend_env(backend: Any) -> dict[str, Any]:
     vendor_package = None
     unsupported: dict[str, str] = {}
     evidence: dict[str, str] | None = None
+    simulated = False
     try:
         from anydevice.runtime.registry import get_registry
 
@@ -149,6 +150,7 @@ def backend_env(backend: Any) -> dict[str, Any]:
         vendor_package = spec.vendor_package
         unsupported = {str(k): str(v) for k, v in spec.unsupported.items()}
         evidence = spec.evidence.as_dict()
+        simulated = spec.evidence.simulated
     except Exception:  # descriptive only
         vendor_package = None
     versions = {str(k): str(v) for k, v in dict(backend.versions).items()}
@@ -164,9 +166,9 @@ def backend_env(backend: Any) -> dict[str, Any]:
         "vendor_package": vendor_package,
         "vendor_version": vendor_version,
         "why": backend.why,
-        # "fake" results come from a simulated vendor module (a stand-in whose source names a fake); the real
-        # vendor runtime on a stand-in device (torch_xla on PJRT CPU) gives real results for that device
-        "simulated": (evidence or {}).get("level") == "stand-in" and "fake" in (evidence or {}).get("source", ""),
+        # a simulated vendor module's results are "fake" (the plugin's evidence says so); the real vendor runtime on a
+        # stand-in device (torch_xla on PJRT CPU) gives real results for that device
+        "simulated": simulated,
         "evidence": evidence,
         "memory_bytes": _host_memory() if backend.device_type == "cpu" else None,
         "unsupported": unsupported,

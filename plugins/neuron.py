@@ -365,7 +365,9 @@ SERVING = {
 
 
 EVIDENCE = Evidence.stand_in(
-    "the torch-neuronx fake (tests/support/fake_torch_neuronx; compat_matrix/results/neuron-fake.json)", "2026-12-02"
+    "the torch-neuronx fake (tests/support/fake_torch_neuronx; compat_matrix/results/neuron-fake.json)",
+    "2026-12-02",
+    simulated=True,
 )
 """What stands behind this plugin (``anydevice list``, ``ad.capabilities()``, the matrix)."""
 

@@ -54,6 +54,9 @@ class Evidence:
     the stand-in (``stand-in``) or a document (``declared``); empty only for ``unknown``."""
     date: str = ""
     """When (ISO date): the document's date for ``declared``, the run's for ``ran``; empty: not said."""
+    simulated: bool = False
+    """With ``stand-in``: the stand-in is a simulated vendor module (a fake), not the vendor's own runtime on another
+    backend (torch_xla on PJRT CPU): the compatibility matrix marks its results "simulated" from this, not from words."""
 
     @classmethod
     def ran(cls, results: str, date: str = "") -> Evidence:
@@ -71,9 +74,10 @@ class Evidence:
         return cls("registered", f"{package} {version}")
 
     @classmethod
-    def stand_in(cls, what: str, date: str = "") -> Evidence:
-        """Ran on a stand-in for the chip: ``what`` names it (``torch_xla on PJRT CPU``, ``the torch-neuronx fake``)."""
-        return cls("stand-in", what, date)
+    def stand_in(cls, what: str, date: str = "", *, simulated: bool = False) -> Evidence:
+        """Ran on a stand-in for the chip: ``what`` names it (``torch_xla on PJRT CPU``, ``the torch-neuronx fake``);
+        ``simulated``: it is a simulated vendor module, not the vendor's runtime (:attr:`simulated`)."""
+        return cls("stand-in", what, date, simulated)
 
     @classmethod
     def declared(cls, source: str, date: str = "") -> Evidence:
@@ -105,6 +109,8 @@ class Evidence:
             return [f"level {self.level!r} is not one of {', '.join(LEVELS)}"]
         if self.level != "unknown" and not self.source.strip():
             return [f"level {self.level!r} needs its source (where the evidence is)"]
+        if self.simulated and self.level != "stand-in":
+            return [f"level {self.level!r} cannot be simulated: only a stand-in is (Evidence.stand_in(..., simulated=True))"]
         return []
 
 
