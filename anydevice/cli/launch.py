@@ -399,7 +399,7 @@ def rank_main(argv: list[str]) -> int:
                 rank_end.finish()
             raise
     joining.mark_left(settings.rank(), settings.world_size())
-    rank_end.finish()  # past torch's gloo teardown when its threads outlive the group (rank_end)
+    rank_end.finish()  # frees a gloo group that outlives the script before Python's teardown (rank_end)
     return 0
 
 

@@ -7,7 +7,7 @@ costs. Under torch elastic (:mod:`anydevice.cli.launch`) a rank runs the same :f
 variables.
 The script's namespace stays ``__main__`` after it ends, until the interpreter ends, as under ``python``
 (:func:`anydevice.runtime.script_main.run_as_main`); a rank that succeeded while torch's gloo threads
-outlive its process group ends past the C++ teardown (:mod:`.rank_end`).
+outlive its process group frees that group before Python's teardown (:mod:`.rank_end`).
 
 Imported only when needed: cuda-compat (``ANYDEVICE_CUDA_COMPAT``) before the script, the
 Hugging Face hook (:mod:`anydevice.integrations._hf`) at the first import of Transformers,
@@ -263,4 +263,4 @@ if __name__ == "__main__":
             raise
     from anydevice.cli import rank_end
 
-    rank_end.finish()  # past torch's gloo teardown when its threads outlive the group
+    rank_end.finish()  # frees a gloo group that outlives the script before Python's teardown (rank_end)
