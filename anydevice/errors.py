@@ -1,4 +1,5 @@
-"""Every error anydevice raises.
+"""The errors anydevice raises (a user's program sees only these; ``tests/docs/test_structure_docs.py`` holds
+the tree below to the classes defined here).
 
 The hierarchy::
 
@@ -14,6 +15,7 @@ The hierarchy::
     │   ├── UnsupportedDeviceFunctionError  a ``torch.cuda``-shaped function the device has no answer for
     │   └── CpuFallbackError        strict mode: an op ran on the CPU instead of the selected device
     ├── DistributedError                a launch environment is missing or half set
+    ├── UsageError                      a command-line tool was called wrongly: what to type instead
     ├── CheckpointError                 a checkpoint cannot be read (empty, corrupt, refused) or written
     ├── FileAccessError                 another file (page, result, record, cache) refused or failed, and why
     └── ExportError                     a model cannot be exported for an edge runtime, or its export disagrees
