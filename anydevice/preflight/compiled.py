@@ -225,6 +225,7 @@ def _partial(step: CompiledStep, optimizers: Sequence[OptimizerUse]) -> tuple[st
     listed = "; ".join(
         f"{o.name} of {o.parameters:,} parameters ({_mb(o.parameter_bytes + o.state_bytes)} with its state)"
         + (f" at {o.line}" if o.line else "")
+        + (", made but not stepped in the steps run (its state estimated from its kind)" if not o.steps else "")
         + ("" if not o.updates_model else ", updating the same model: its rule is not in the program")
         for o in others
     )

@@ -318,9 +318,21 @@ class Observer:
         else:
             use[1] += 1
 
-    def optimizer_stepped(self, optimizers: Sequence[torch.optim.Optimizer], model: torch.nn.Module | None = None) -> None:
-        """After the steps: parameters, gradients and every optimizer's real state (a GAN's two optimizers, both)."""
-        params: list[torch.Tensor] = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
+    def optimizer_stepped(
+        self,
+        optimizers: Sequence[torch.optim.Optimizer],
+        model: torch.nn.Module | None = None,
+        unstepped: Sequence[tuple[torch.optim.Optimizer, str | None]] = (),
+    ) -> None:
+        """After the steps: parameters, gradients and every optimizer's real state (a GAN's two optimizers, both).
+
+        ``unstepped``: optimizers the script made (with the line) that did not step in the steps run: listed with
+        ``steps=0``, their state estimated from their kind (as on meta), their parameters counted."""
+        from anydevice.preflight import optimizer_state_bytes
+
+        params: list[torch.Tensor] = [
+            p for opt in [*optimizers, *(o for o, _ in unstepped)] for group in opt.param_groups for p in group["params"]
+        ]
         held = {id(p) for p in params}
         model_ids = {id(p) for p in model.parameters()} if model is not None else set()
         if model is not None:
@@ -337,6 +349,19 @@ class Observer:
                     parameter_bytes=_bytes(own),
                     state_bytes=_bytes(_state_tensors(opt)),
                     steps=steps,
+                    line=line,
+                    updates_model=any(id(p) in model_ids for p in own),
+                )
+            )
+        for opt, line in unstepped:
+            own = [p for group in opt.param_groups for p in group["params"]]
+            self.optimizers.append(
+                OptimizerUse(
+                    name=type(opt).__name__,
+                    parameters=sum(p.numel() for p in {id(p): p for p in own}.values()),
+                    parameter_bytes=_bytes(own),
+                    state_bytes=optimizer_state_bytes(opt, _bytes(own)),
+                    steps=0,
                     line=line,
                     updates_model=any(id(p) in model_ids for p in own),
                 )

@@ -61,6 +61,8 @@ class Hooks:
         self.optimizers: list[torch.optim.Optimizer] = []
         """Every optimizer stepped, in the order of their first steps."""
         self.iteration_done = False
+        self.made: list[tuple[torch.optim.Optimizer, str | None]] = []
+        """Every optimizer the script made, with the line: the run waits (a while) for each to step."""
         self.calls: list[tuple[torch.nn.Module, Any, Any]] = []
         """Each module's first training call in the first iteration, with its inputs (a GAN: the generator's and the
         discriminator's): the compiled step holds every model an optimizer updates."""
@@ -118,6 +120,15 @@ class Hooks:
         module_class: Any = torch.nn.Module
         loader_class.__iter__ = iterate
         module_class.__call__ = call
+        made = torch.optim.Optimizer.__init__
+
+        def construct(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            made(optimizer, *args, **kwargs)
+            if all(optimizer is not o for o, _ in hooks.made):
+                hooks.made.append((optimizer, hooks.observer.caller()))
+
+        optimizer_class: Any = torch.optim.Optimizer  # every optimizer the script makes, stepped or not
+        optimizer_class.__init__ = construct
         register_optimizer_step_pre_hook(self.stepping)
         register_optimizer_step_post_hook(self.stepped)
         self.watch_meshes()
@@ -207,7 +218,8 @@ class Hooks:
             self.end_iteration()
         enough = self.observer.steps_done >= self.observer.steps
         last_of_cycle = optimizer is self.optimizers[-1]  # the next step starts the cycle again (a GAN: D's step, then G's)
-        waited = self.optimizer is not None or self.observer.steps_done >= 4 * self.observer.steps + 16
+        every = all(any(m is o for o in self.optimizers) for m, _ in self.made)  # a WGAN's generator steps every 5th
+        waited = (self.optimizer is not None and every) or self.observer.steps_done >= 2 * self.observer.steps + 8
         if enough and last_of_cycle and waited:
             raise _Enough
 
@@ -297,7 +309,8 @@ def main(argv: list[str]) -> int:
             return _error(out, {"error": f"{type(exc).__name__}: {first}", "line": where, "stdin": isinstance(exc, EOFError)})
     hooks.stop_recording()
     if observer.steps_done:
-        observer.optimizer_stepped(hooks.optimizers, observer.model)  # every optimizer stepped, with its state
+        unstepped = [(o, line) for o, line in hooks.made if all(o is not s for s in hooks.optimizers)]
+        observer.optimizer_stepped(hooks.optimizers, observer.model, unstepped)  # every optimizer, with its state
     if observer.model is None:
         return _error(out, {"error": "no_model"})
     if observer.steps_done == 0 and not hooks.loader_seen:

@@ -108,9 +108,10 @@ class OptimizerUse(_Model):
     state_bytes: int
     """Its state after its steps (AdamW: two moments per parameter, and the step counters)."""
     steps: int
-    """How many times it stepped in the steps run."""
+    """How many times it stepped in the steps run; 0: made by the script but not stepped in them (a WGAN's generator
+    past ``--steps``): its state is then estimated from its kind."""
     line: str | None = None
-    """``file:line`` of its first step in the user's code."""
+    """``file:line`` of its first step in the user's code (of its construction when it did not step)."""
     updates_model: bool = False
     """It updates the observed model (the first module called for training): the optimizer of the compiled step."""
 

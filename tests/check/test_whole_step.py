@@ -165,3 +165,18 @@ def test_a_sampler_whose_batches_are_all_full_predicts_no_recompile() -> None:
     assert found is not None and (found.rows, found.last, found.sampler) == (25, 1, "DistributedSampler over 4 ranks")
     (tpu,) = [t for t in report.targets if t.target == "tpu"]
     assert tpu.verdict == "will recompile" and tpu.fixes[0].startswith("drop_last=True on the DataLoader")
+
+
+@pytest.mark.slow
+def test_an_optimizer_stepping_every_fifth_step_is_waited_for_and_one_never_stepped_is_listed() -> None:
+    obs = checked("wgan.py").observation
+    critic, generator, finetune = obs.optimizers
+    assert (critic.name, critic.updates_model) == ("RMSprop", False) and critic.steps >= 5
+    assert (generator.name, generator.updates_model) == ("RMSprop", True) and generator.steps >= 1  # past --steps 4
+    assert generator.line and generator.line.endswith(marker("generator step", "wgan.py"))
+    assert (finetune.name, finetune.steps, finetune.parameters) == ("SGD", 0, critic.parameters)
+    assert finetune.line and finetune.line.endswith(marker("made for later", "wgan.py"))
+    assert finetune.state_bytes == finetune.parameter_bytes  # estimated from its kind: one momentum buffer
+    mem = obs.memory
+    assert mem is not None and mem.optimizers == 3
+    assert mem.parameters == critic.parameter_bytes + generator.parameter_bytes  # the critic's counted once
