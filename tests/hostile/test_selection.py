@@ -33,7 +33,9 @@ def test_only_ascii_digits_are_indices(index: str) -> None:
 
 
 def test_ascii_index_still_parses() -> None:
-    assert parse("cpu:0").items[0].index == 0 and parse(" CUDA : 12 ").items[0].index == 12
+    assert parse("cpu:0").items[0].index == 0 and parse("cuda:12").items[0].index == 12
+    with pytest.raises(SelectionError, match="Did you mean 'cuda:12'"):  # spaces and capitals: refused with the fix
+        parse(" CUDA : 12 ")
 
 
 # -- ANYDEVICE_PLUGINS ----------------------------------------------------------------------------
