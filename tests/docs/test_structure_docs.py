@@ -16,6 +16,8 @@ from anydevice.cli import DELEGATED
 from tests.utils import REPO
 
 ARCHITECTURE = REPO / "docs" / "architecture.md"
+README = REPO / "README.md"
+PRODUCT = ("anydevice", "plugins", "shims", "compat_matrix")
 BUILT_IN = ("list", "info")
 """The commands the CLI's own module implements; the others are :data:`anydevice.cli.DELEGATED`."""
 
@@ -50,6 +52,24 @@ def missing_errors(docstring: str) -> list[str]:
     return [n for n in errors if not re.search(rf"\b{n}\b", docstring)]
 
 
+def unlisted_variables(sources: dict[str, str], readme: str) -> list[str]:
+    """``ANYDEVICE_*`` names in the product's code that the README's settings table and its exceptions do not name."""
+    from anydevice.runtime.registry import builtin_plugin_settings
+    from anydevice.settings import markdown_table
+
+    listed = markdown_table(builtin_plugin_settings()) + readme.split("## Environment variables", 1)[1][:1500]
+    named = {m for text in sources.values() for m in re.findall(r"[\"'](ANYDEVICE_[A-Z0-9_]+)[\"']", text)}
+    return sorted(n for n in named if f"`{n}`" not in listed)
+
+
+def product_sources() -> dict[str, str]:
+    return {str(p): p.read_text() for folder in PRODUCT for p in (REPO / folder).rglob("*.py")}
+
+
+def test_every_anydevice_variable_is_listed() -> None:
+    assert unlisted_variables(product_sources(), README.read_text()) == []
+
+
 def test_the_cli_docstring_lists_every_command() -> None:
     assert missing_commands(anydevice.cli.__doc__ or "") == []
 
@@ -70,3 +90,5 @@ def test_planted_omissions_are_found() -> None:
     tree_text = package_map(ARCHITECTURE.read_text())
     assert missing_from_map(tree_text.replace("checkpoint/", "checkpoints")) == ["anydevice/checkpoint/"]
     assert missing_errors((anydevice.errors.__doc__ or "").replace("UsageError", "Usage")) == ["UsageError"]
+    planted = {**product_sources(), "anydevice/planted.py": 'FLAG = "ANYDEVICE_PLANTED"\n'}
+    assert unlisted_variables(planted, README.read_text()) == ["ANYDEVICE_PLANTED"]
