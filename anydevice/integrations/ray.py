@@ -72,9 +72,10 @@ def resolve_device(device: str | None = None) -> str:
 def worker_resource(device: str) -> str | None:
     """The Ray resource one worker of ``device`` needs (its plugin's ``DeviceSpec.hardware.ray_resource``), or None."""
     from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.selection import split_ref
 
     registry = get_registry()
-    name = registry.canonical(device.partition(":")[0])
+    name = registry.canonical(split_ref(device)[0])
     hardware = registry.get(name).spec.hardware if name is not None else None
     resource = hardware.ray_resource if hardware is not None else None
     return resource() if callable(resource) else resource
@@ -105,9 +106,10 @@ def worker_env(device: str | None = None) -> dict[str, str]:
     """The environment every worker gets: ``ANYDEVICE``, forwarded settings, and autoload off where not needed."""
     name = resolve_device(device)
     from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.selection import split_ref
 
     registry = get_registry()
-    canonical = registry.canonical(name.partition(":")[0])
+    canonical = registry.canonical(split_ref(name)[0])
     own = registry.get(canonical).spec.settings if canonical is not None else ()
     env = {settings.ANYDEVICE.name: name}
     env.update({s.name: value for s in (*FORWARDED, *own) if (value := s.get()) is not None})
