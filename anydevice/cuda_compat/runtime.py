@@ -180,8 +180,8 @@ def _step_boundaries(r: Redirect) -> None:
                 f"ad.step() before the next forward: {r.name} runs each hand-written update as one graph",
             )
             materialize = getattr(placement, "materialize", None)
-            if materialize is not None:  # the inputs on their own first: the step's graph takes them as data
-                materialize([t for t in args if isinstance(t, torch.Tensor)])
+            if materialize is not None:
+                _in_parts(materialize, args)
             placement.step()
 
     def after_forward(module: Any, args: Any, output: Any) -> None:
@@ -208,6 +208,17 @@ def _step_boundaries(r: Redirect) -> None:
             )
 
     r.patches.set(torch.Tensor, "backward", counted_backward)
+
+
+def _in_parts(materialize: Callable[[list[torch.Tensor]], None], args: Any) -> None:
+    """Before a boundary at a forward: its inputs on their own first, so the step's graph takes them as data.
+
+    Only the inputs: parameters updated in place are not computed apart from the step (torch_xla aliases their buffers
+    to the step's outputs; a tensor traced from their old values would lose its data)."""
+    flat = args if isinstance(args, (tuple, list)) else (args,)
+    tensors = [t for item in flat for t in (item if isinstance(item, (tuple, list)) else (item,)) if isinstance(t, torch.Tensor)]
+    if tensors:
+        materialize(tensors)
 
 
 def compile_view(r: Redirect) -> dict[str, Any]:
