@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from anydevice.capability_query import Capabilities, capabilities
     from anydevice.edge import export
     from anydevice.meter import StepMeter, transformer_training_flops_per_token
+    from anydevice.planner import checkpoint_blocks, plan
     from anydevice.preflight import check
     from anydevice.runtime.backend import Backend, reset, use
 
@@ -77,6 +78,8 @@ _HOME = {
     "StepMeter": "anydevice.meter",
     "transformer_training_flops_per_token": "anydevice.meter",
     "check": "anydevice.preflight",
+    "plan": "anydevice.planner",
+    "checkpoint_blocks": "anydevice.planner",
     "Backend": "anydevice.runtime.backend",
     "reset": "anydevice.runtime.backend",
     "use": "anydevice.runtime.backend",
@@ -116,6 +119,7 @@ __all__ = [
     "capabilities",
     "check",
     "checkpoint",
+    "checkpoint_blocks",
     "compile",
     "data_loader",
     "device",
@@ -129,6 +133,7 @@ __all__ = [
     "load",
     "manual_seed",
     "memory_stats",
+    "plan",
     "profile",
     "record",
     "reset",

@@ -42,6 +42,10 @@ DELEGATED: dict[str, tuple[str | None, str]] = {
     "serve-spec": ("anydevice.cli.serve_spec", "an llm-d model server's overlay or endpoints entry for --role and --device"),
     "pd-rehearsal": ("anydevice.cli.pd_rehearsal", "prefill and decode vLLM CPU servers behind vllm-router, against one server"),
     "check": ("anydevice.cli.check", "will SCRIPT run on --target tpu,neuron,xla? its first steps run on the CPU, then judged"),
+    "plan": (
+        "anydevice.cli.plan",
+        "which slice fits SCRIPT's step, with which batch, checkpointing and mesh, how fast, at what cost",
+    ),
     "launch": ("anydevice.cli.launch_spec", "the SkyPilot task, JobSet or sbatch script for --target DEVICE:CHIP-COUNT"),
 }
 

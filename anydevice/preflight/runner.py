@@ -348,6 +348,12 @@ def _compile(request: dict[str, Any], hooks: Hooks, observation: Any, out: Path)
     if mesh and not set(mesh) <= {"dp", "fsdp", "tp"}:
         mesh = None  # the script's own axis names: the compiled step takes dp over the slice (said in its program)
     parts, covered = hooks.parts()
+    from anydevice.planner.child import plan_observed, requested
+
+    if (options := requested()) is not None:  # anydevice plan: the step planned per target instead (anydevice.planner)
+        return plan_observed(
+            options, model, hooks.observer.args, hooks.observer.kwargs, hooks.compiled_optimizer(), loss, observation, out
+        )
     for target in request["targets"]:
         out.with_name(COMPILING).write_text(target)
         try:
