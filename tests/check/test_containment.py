@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from anydevice.preflight.containment import landlock_abi
+from anydevice.cli.check import split
+from anydevice.preflight.containment import REFER, TRUNCATE, landlock_abi, write_rights
 from anydevice.preflight.schema import Report
 from tests.utils import anydevice_cli
 
@@ -179,13 +180,27 @@ def test_the_fallbacks_keep_the_tree_and_say_which_held(tmp_path: Path, mechanis
 
 
 def test_where_nothing_holds_check_refuses_unless_allow_writes(tmp_path: Path) -> None:
-    project = _project(tmp_path, "import os\nopen(os.path.join(os.path.dirname(__file__), 'ran.txt'), 'w')\n")
+    script = "import os, sys\nimport torch\nprint('the script ran', file=sys.stderr)\n" + TRAIN
+    project = _project(tmp_path, script)
     done = _check(project, tmp_path, mechanism="none")
-    assert done.returncode == 2 and not (project / "ran.txt").exists()  # the script never ran
+    assert done.returncode == 2 and "the script ran" not in done.stderr  # refused before the script starts
     assert "cannot keep train.py from changing your files" in done.stderr and "--allow-writes" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 2  # one line, and its fix
+    allowed = _check(project, tmp_path, "--json", "--allow-writes", mechanism="none")
+    assert allowed.returncode == 0, allowed.stderr
+    run = Report.model_validate_json(allowed.stdout).observation.run
+    assert run is not None and run.containment == "none"  # said, never silent
     bad = _check(project, tmp_path, mechanism="sandbox")
     assert bad.returncode == 2 and "landlock, namespace, copy, none" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_allow_writes_is_checks_own_option_and_each_landlock_abi_handles_what_it_knows() -> None:
+    options, script, rest = split(["train.py", "--lr", "3", "--allow-writes", "--target", "tpu"])
+    assert options["--allow-writes"] is True and script == "train.py" and rest == ["--lr", "3"]
+    assert split(["train.py", "--target", "tpu"])[0]["--allow-writes"] is False
+    assert split(["train.py", "--target", "tpu", "--", "--allow-writes"])[2] == ["--allow-writes"]  # the script's
+    v1, v2, v3, v7 = (write_rights(abi) for abi in (1, 2, 3, 7))
+    assert not v1 & (REFER | TRUNCATE) and v2 & REFER and not v2 & TRUNCATE and v3 & TRUNCATE and v7 == v3
 
 
 HELPERS = """import subprocess, sys
