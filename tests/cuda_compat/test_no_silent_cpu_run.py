@@ -33,20 +33,19 @@ if "probe" in sys.argv:  # as datasets and transformers ask at import whether to
 import torch
 from torch.optim import optimizer
 
-if "used" in sys.argv:
-    sys.modules["torch_xla"] = type(sys)("torch_xla")  # as if the program had placed a tensor on xla
+where = "meta" if "used" in sys.argv else "cpu"  # "used": the step's tensors are off the CPU
 if "other-hook" in sys.argv:  # a global pre-hook after anydevice's: removing anydevice's then would break the step
     other = optimizer.register_optimizer_step_pre_hook(lambda *_: None)
-model = torch.nn.Linear(2, 1)
+model = torch.nn.Linear(2, 1).to(where)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(0 if "no-step" in sys.argv else 3):
-    model(torch.ones(4, 2)).sum().backward()
+    model(torch.ones(4, 2, device=where)).sum().backward()
     opt.step()
     print(f"step {step} done, global pre-hooks {len(optimizer._global_optimizer_pre_hooks)}", flush=True)
     if "other-hook" in sys.argv and step == 1:
         other.remove()
 """
-FIRST_STEP = "is not imported at its first backward pass, so this step runs on the CPU"
+FIRST_STEP = "the tensors of its first backward pass are on the CPU, so this step runs on the CPU"
 
 
 def rank(tmp_path: Path, anydevice: str, *args: str) -> list[str]:
@@ -66,24 +65,29 @@ def rank(tmp_path: Path, anydevice: str, *args: str) -> list[str]:
     return done.stdout.splitlines()
 
 
-def test_the_rank_says_before_its_first_step_that_xla_is_not_used_once_and_not_again_at_exit(tmp_path: Path) -> None:
-    lines = rank(tmp_path, "xla")
+# The rank's check needs no device: ANYDEVICE=cuda here (no vendor module, so nothing is imported at torch's import),
+# and the step's tensors are on the CPU. The vendor-module wording (torch_xla not imported) is end to end on xla:
+# tests/xla/test_cuda_compat_xla.py and tests/xla/test_silent_cpu_and_mesh_order_xla.py.
+
+
+def test_the_rank_says_before_its_first_step_that_the_device_is_not_used_once_and_not_again_at_exit(tmp_path: Path) -> None:
+    lines = rank(tmp_path, "cuda")
     said = [i for i, line in enumerate(lines) if FIRST_STEP in line]
     assert len(said) == 1 and said[0] < lines.index("step 0 done, global pre-hooks 0"), lines
-    assert "ANYDEVICE=xla was asked for, but this process is not using xla: torch_xla" in lines[said[0]]
-    assert "anydevice run --cuda-compat" in lines[said[0]]
-    assert not any("never used" in line for line in lines), lines  # the exit line is not repeated
+    assert "ANYDEVICE=cuda was asked for, but this process is not using cuda" in lines[said[0]]
+    assert "move the model and its inputs with .to(ad.device())" in lines[said[0]]
+    assert sum("anydevice:" in line for line in lines) == 1, lines  # nothing more at exit
     assert lines[-1] == "step 2 done, global pre-hooks 0"  # the hook left at the first step
 
 
-def test_without_a_step_the_rank_still_ends_with_the_exit_line(tmp_path: Path) -> None:
-    lines = rank(tmp_path, "xla", "no-step")
+def test_without_a_step_the_rank_ends_with_the_never_stepped_line(tmp_path: Path) -> None:
+    lines = rank(tmp_path, "cuda", "no-step")
     said = [line for line in lines if "anydevice:" in line]
-    assert len(said) == 1 and "this process never used xla: torch_xla was never imported" in said[0], lines
+    assert len(said) == 1 and "ANYDEVICE=cuda was asked for, but this process never stepped" in said[0], lines
 
 
 def test_the_hook_waits_to_leave_until_no_global_pre_hook_follows_it(tmp_path: Path) -> None:
-    lines = rank(tmp_path, "xla", "other-hook")
+    lines = rank(tmp_path, "cuda", "other-hook")
     assert sum(FIRST_STEP in line for line in lines) == 1, lines
     steps = [line for line in lines if line.startswith("step ")]
     assert steps == [  # steps 0 and 1 run with both hooks; after step 1 the other goes, at step 2 anydevice's
@@ -93,18 +97,18 @@ def test_the_hook_waits_to_leave_until_no_global_pre_hook_follows_it(tmp_path: P
     ], lines
 
 
-def test_nothing_is_said_when_the_device_is_used_or_has_no_vendor_module(tmp_path: Path) -> None:
-    for anydevice, args in (("xla", ("used",)), ("cpu", ())):
+def test_nothing_is_said_when_the_step_is_off_the_cpu_or_the_cpu_was_asked(tmp_path: Path) -> None:
+    for anydevice, args in (("cuda", ("used",)), ("cpu", ())):
         lines = rank(tmp_path, anydevice, *args)
         assert not any("anydevice:" in line for line in lines), (anydevice, lines)
         assert lines[-1] == "step 2 done, global pre-hooks 0", lines
     for not_one in ("", " ", "auto", "AUTO", "cpu,xla"):
-        assert asked_device(not_one) is None, not_one  # no device to check: no hook at all
-    assert asked_device("XLA:1") == "xla"
+        assert asked_device(not_one) is None, not_one  # no one device to check
+    assert asked_device("xla:1") == "xla"
 
 
 def test_a_probe_for_torch_before_its_import_does_not_use_up_the_watch(tmp_path: Path) -> None:
-    lines = rank(tmp_path, "xla", "probe")
+    lines = rank(tmp_path, "cuda", "probe")
     said = [i for i, line in enumerate(lines) if FIRST_STEP in line]
     assert len(said) == 1 and said[0] < lines.index("step 0 done, global pre-hooks 0"), lines
 
