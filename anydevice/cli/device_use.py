@@ -10,8 +10,9 @@ its first backward pass (``torch.autograd.backward``, which ``Tensor.backward`` 
 weights by hand and ends with ``os._exit`` is told too; or at its end when no step said it
 (:func:`never_used_line`). A run whose program imported torch but never stepped (no backward pass, no
 optimizer step: a program that decided on its device count not to train) says that at its end
-(:func:`never_stepped_line`). Devices torch finds itself (cuda, mps, xpu; no vendor module) and the host are
-never reported as unused.
+(:func:`never_stepped_line`). A first step whose tensors are on the CPU is said too where the vendor module is
+imported, and for the devices torch finds itself (cuda, mps, xpu: :func:`cpu_step_line`); the host and
+third-party devices (whose tensors may live in host memory) are never reported as unused.
 """
 
 from __future__ import annotations
