@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anydevice import settings
+from anydevice.contract.device_spec import Hardware
 from anydevice.errors import AnyDeviceError, SelectionError
 from anydevice.runtime.registry import Registry, get_registry
 from anydevice.runtime.selection import Choice, parse, resolve
@@ -183,16 +184,16 @@ def plan(
     return Plan(placements, syncs)
 
 
-def _hardware_fact(name: str, fact: str, registry: Registry) -> bool:
-    hardware = registry.get(name).spec.hardware
-    return bool(getattr(hardware, fact, False)) if hardware is not None else False
+def _hardware(name: str, registry: Registry) -> Hardware:
+    """The device's declared :class:`Hardware` (every fact at its default where it declares none)."""
+    return registry.get(name).spec.hardware or Hardware()
 
 
 def _refuse_shared_exclusive(placements: dict[str, Placement], registry: Registry) -> None:
     seen: dict[tuple[str, int | None], str] = {}
     for role, p in placements.items():
         name, index = p.choice.name, p.choice.index
-        if not _hardware_fact(name, "exclusive", registry):
+        if not _hardware(name, registry).exclusive:
             continue
         clash = next((other for (n, i), other in seen.items() if n == name and (i is None or index is None or i == index)), None)
         if clash is not None:
@@ -218,9 +219,9 @@ def weight_sync(source: Placement, target: Placement, *, same_process: bool, reg
     if same_process:
         how = "the same device" if a == b else f"{a} to {b} through the host"
         return Sync(source.role, target.role, SAME_PROCESS, f"both roles run in one process: load_state_dict, {how}")
-    if _hardware_fact(a, "host_memory", registry) and _hardware_fact(b, "host_memory", registry):
+    if _hardware(a, registry).host_memory and _hardware(b, registry).host_memory:
         return Sync(source.role, target.role, SHARED_MEMORY, "both devices are host memory: tensors pass through shared memory")
-    if a == b and not _hardware_fact(a, "exclusive", registry):
+    if a == b and not _hardware(a, registry).exclusive:
         return Sync(
             source.role, target.role, COLLECTIVE, f"both roles on {a}: a broadcast over {a}'s process group, no host copy"
         )
