@@ -413,35 +413,39 @@ def _refused(tmp: Path, output: str, plan: Any) -> list[str]:
     """The writes the script tried outside check's scratch folder, refused, each ``file:line tried to VERB PATH``
     (the ``file:line`` of the user's code; a command's refusal read from its output)."""
     from anydevice.preflight.scratch import REFUSED
+    from anydevice.runtime.untrusted import clean
 
-    records = []
+    records: list[dict[str, Any]] = []  # written by the child, in the order of the script's calls (the script could write it too)
     try:
         with open(tmp / REFUSED, encoding="utf-8", errors="replace") as log:
             for line in log:
                 try:
-                    records.append(json.loads(line))
+                    record = json.loads(line)
                 except ValueError:
                     continue
+                if isinstance(record, dict):
+                    records.append({k: str(v) for k, v in record.items() if v is not None})
     except OSError:
         pass
-    found: list[str] = []
-    for r in records:
-        if r.get("op") != "run":
-            where = f"{_where(r.get('line'))} " if r.get("line") else ""
-            found.append(plan.user_path(f"{where}tried to {r.get('op')} {r.get('path')}"))
-    runs = [r for r in records if r.get("op") == "run"]
+    runs = [i for i, r in enumerate(records) if r.get("op") == "run"]
+    denied: dict[int, list[str]] = {}  # a command's refusals, read from the output, under the record of the command
     for text in output.splitlines():
         if not _DENIED.search(text) or not runs:
             continue
         paths = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(text)]
         path = next((p for p in paths if p.startswith("/")), paths[0] if paths else "")
-        if any(_under(path, str(r.get("path"))) for r in records if r.get("op") != "run"):
+        if any(_under(path, r.get("path", "")) for r in records if r.get("op") != "run"):
             continue  # the script's own report of a write already noted (an exception it printed)
-        run = max(runs, key=lambda r: max((len(p) for p in _ancestors(path) if p in str(r.get("command"))), default=0))
-        where = f"{_where(run.get('line'))} " if run.get("line") else ""
-        said = text.strip()[:200]
-        found.append(plan.user_path(f"{where}ran `{_short(str(run.get('command')))}`, whose write was refused ({said})"))
-    return list(dict.fromkeys(found))[:20]
+        ran = max(runs, key=lambda i: max((len(p) for p in _ancestors(path) if p in records[i].get("command", "")), default=0))
+        denied.setdefault(ran, []).append(text.strip()[:200])
+    found: list[str] = []
+    for i, r in enumerate(records):
+        where = f"{_where(r['line'])} " if r.get("line") else ""
+        if r.get("op") != "run":
+            found.append(f"{where}tried to {r.get('op')} {r.get('path')}")
+        for said in denied.get(i, []):
+            found.append(f"{where}ran `{_short(r.get('command', ''))}`, whose write was refused ({said})")
+    return [clean(plan.user_path(text), 500) for text in dict.fromkeys(found)][:20]
 
 
 def _under(path: str, root: str) -> bool:

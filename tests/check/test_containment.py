@@ -131,6 +131,7 @@ def test_every_route_leaves_the_users_tree_byte_identical_and_each_refusal_is_na
     run = Report.model_validate_json(done.stdout).observation.run
     assert run is not None and run.containment == "landlock"
     refused = "\n".join(run.refused)
+    assert run.refused[0].startswith(f"train.py:{_line(ROUTES, 'shell')} ran `rm -rf")  # in the order the script tried them
     for mark, said in [("shell", "ran `rm -rf"), ("subprocess", "ran `sh -c echo y"), ("rmtree", "tried to remove")]:
         assert f"train.py:{_line(ROUTES, mark)} {said}" in refused, (mark, refused)
     assert f"train.py:{_line(ROUTES, 'rename')} tried to rename {project / 'config.yaml'}" in refused
