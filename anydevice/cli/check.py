@@ -245,7 +245,6 @@ def observe(
             return [*runner, str(script_path.resolve()), *args]
 
         plan = containment.plan(Path(tmp), script, Path.cwd(), also=[short])
-        reaper = _Reaper(guardian_pid)
         child = containment.start(
             plan,
             command,
@@ -260,6 +259,7 @@ def observe(
             errors="replace",
             start_new_session=True,
         )
+        reaper = _Reaper(guardian_pid)  # from now on: the script's own start-up takes far longer than this
         _tell(guardian, f"{child.pid}\n")  # its process group (a new session: the group is its pid)
         reader = _Output(child)  # read as it comes: a helper the script left holding the pipe must not hold check
         try:
