@@ -69,11 +69,11 @@ def main(argv: list[str]) -> int:
     from anydevice.cli.check import observe, parse_mesh
     from anydevice.planner.child import ENV
     from anydevice.planner.declared import parse_prices
-    from anydevice.preflight import targets_of
-    from anydevice.preflight.compiled import require_compiler
+    from anydevice.planner.rows import plan_targets
+    from anydevice.preflight.compiled import require_compiler, slice_compiler, split_target
 
     options, script, args = split(argv)
-    targets = targets_of(options["--target"])
+    targets = plan_targets(options["--target"])
     mesh = parse_mesh(options["--mesh"]) if "--mesh" in options else None
     prices = parse_prices(options.get("--price"))
     compose = True if options.get("--compose") else False if options.get("--no-compose") else None
@@ -81,13 +81,18 @@ def main(argv: list[str]) -> int:
     path = Path(script)
     if not path.is_file():
         raise AnyDeviceError(f"No such script: {script}.", USAGE)
-    require_compiler(targets)
+    require_compiler([t for t in targets if split_target(t)[1] is not None and slice_compiler(split_target(t)[0]) is not None])
     request = {"targets": targets, "mesh": mesh, "price": prices, "budget": budget, "compose": compose}
     os.environ[ENV] = json.dumps(request)  # read by the check child (anydevice.planner.child), inherited through its environment
     try:
         observed = observe(path, args, 1, 0, timeout, mesh, targets, allow_writes=bool(options.get("--allow-writes")))
     finally:
         os.environ.pop(ENV, None)
+    if "plan" not in observed:
+        raise AnyDeviceError(
+            f"{script}: the plan did not finish in the child process (it stopped after the observed step).",
+            "Run with ANYDEVICE_DEBUG=1, or report it to anydevice with the script.",
+        )
     result: dict[str, Any] = observed["plan"]
     if options.get("--json"):
         print(json.dumps(result, indent=2, default=str))

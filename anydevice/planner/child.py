@@ -48,6 +48,7 @@ def plan_observed(
             compose=options.get("compose"),
             budget=int(options.get("budget", 8)),
             loss=loss,
+            observation=observation,
         )
     except AnyDeviceError as exc:
         out.write_text(json.dumps({"error": "compile_refused", "message": str(exc)}))

@@ -30,14 +30,17 @@ def plan_rows(
     compose: bool | None,
     budget: int,
     loss: Any = None,
+    observation: Any = None,
 ) -> dict[str, Any]:
+    """The plan (see :func:`anydevice.planner.plan`); ``loss`` and ``observation``: the check child's, for a script."""
     import torch
 
-    from anydevice.preflight import refuse_closure_optimizer, targets_of
-    from anydevice.preflight.compiled import require_compiler, split_target
+    from anydevice.preflight import refuse_closure_optimizer
+    from anydevice.preflight.compiled import require_compiler, slice_compiler, split_target
 
-    names = targets_of(target)
-    require_compiler(names)
+    names = plan_targets(target)
+    estimated = [t for t in names if split_target(t)[1] is None or slice_compiler(split_target(t)[0]) is None]
+    require_compiler([t for t in names if t not in estimated])
     refuse_closure_optimizer(optimizer)
     prices = parse_prices(price) if isinstance(price, str) or price is None else dict(price)
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
@@ -53,12 +56,16 @@ def plan_rows(
     flops = step_flops(work, args)
     tokens = tokens_of(args)
     rows: list[dict[str, Any]] = []
-    estimated = [t for t in names if split_target(t)[1] is None or split_target(t)[0] != "tpu"]
     report = None
-    if estimated:
+    if estimated and observation is not None:  # the check child: its observation of the script's step, judged here
+        from anydevice.preflight import report as judged
+
+        report = judged(observation, list(dict.fromkeys(split_target(t)[0] for t in estimated)))
+    elif estimated:
         from anydevice.preflight import check
 
-        report = check(model, example_inputs, target=estimated, optimizer=optimizer, mesh=dict(mesh) if mesh else None)
+        devices = list(dict.fromkeys(split_target(t)[0] for t in estimated))  # the estimate is the device's, not the chip's
+        report = check(model, example_inputs, target=devices, optimizer=optimizer, mesh=dict(mesh) if mesh else None)
     for name in names:
         if name in estimated:
             rows.append(estimate_row(name, report, flops, tokens, prices))
@@ -82,6 +89,25 @@ def plan_rows(
         "tokens_per_replica_step": tokens,
         "composed": compose,
     }
+
+
+def plan_targets(target: str | list[str]) -> list[str]:
+    """Canonical targets: a TPU slice as check names it (``tpu:v5e-8``); a GPU or Trainium as its chip and count
+    (``cuda:h100x8``: no compiler, so an estimate row); a bare device (``cuda``) as itself."""
+    from anydevice.preflight import targets_of
+    from anydevice.preflight.compiled import slice_compiler
+    from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.selection import parse_ref
+
+    names = [t.strip() for t in (target.split(",") if isinstance(target, str) else target) if t.strip()]
+    out: list[str] = []
+    for name in names:
+        ref = parse_ref(name, get_registry())
+        if slice_compiler(ref.name) is None and ref.chip is not None:
+            out.append(f"{ref.name}:{ref.chip.name}x{ref.count or 1}")
+        else:
+            out += targets_of([name])
+    return list(dict.fromkeys(out)) or targets_of(names)
 
 
 def compiled_row(
@@ -303,12 +329,12 @@ def estimate_row(name: str, report: Any, flops: int, tokens: dict[str, Any], pri
     from anydevice.preflight.compiled import split_target
     from anydevice.runtime.registry import get_registry
 
-    entry = report.targets[[t.target for t in report.targets].index(name)]
+    device, variant = split_target(name)
+    entry = report.targets[[t.target for t in report.targets].index(device)]
     memory = report.observation.memory
     per_chip = None
     if memory is not None:
         per_chip = memory.parameters + memory.gradients + memory.optimizer_state + memory.activations
-    device, variant = split_target(name)
     chips = get_registry().get(device).spec.chips
     from anydevice.contract.chips import parse_variant
 
@@ -317,7 +343,8 @@ def estimate_row(name: str, report: Any, flops: int, tokens: dict[str, Any], pri
     fits = None if per_chip is None or capacity is None else per_chip <= capacity
     row: dict[str, Any] = {"target": name, "compiler": None}
     row["as_written"] = {
-        "verdict": entry.verdict,
+        "verdict": "unknown" if fits is None else "fits" if fits else "will not fit",
+        "check_verdict": entry.verdict,
         "fits": fits,
         "per_chip_bytes": per_chip,
         "capacity_bytes": capacity,
