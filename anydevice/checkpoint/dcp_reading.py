@@ -41,7 +41,7 @@ from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
 from torch.distributed.checkpoint.planner import ReadItem
 
 from anydevice.errors import CheckpointError
-from anydevice.files.safe_files import kind
+from anydevice.files.safe_place import kind
 
 _NEVER = "never load a checkpoint you do not trust with a loader that runs code (plain torch.distributed.checkpoint.load)"
 

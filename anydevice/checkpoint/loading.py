@@ -62,7 +62,7 @@ def verify_archive(path: Path) -> None:
     """
     st = path.stat()
     if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):  # a FIFO or a device would block or never end
-        from anydevice.files.safe_files import kind_at
+        from anydevice.files.safe_place import kind_at
 
         raise CheckpointError(
             f"Checkpoint {path} is {kind_at(path, st)}, not a regular file; it was not read.",

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from anydevice.errors import CheckpointError
-from anydevice.files.safe_place import Place, save_error
+from anydevice.files.safe_place import Place, kind, save_error
 
 MARKER = ".anydevice-checkpoint"
 """The file every directory checkpoint holds: its writer's lock while it is a temporary, and a sign of whose it is."""
@@ -268,8 +268,6 @@ def check_replaceable_file(place: Place, st: os.stat_result, accepts: Callable[[
             "ad.save writes one file: give a file path (ckpt/step-100.pt), or use ad.checkpoint.save for a directory.",
         )
     if not stat.S_ISREG(st.st_mode):
-        from anydevice.files.safe_files import kind
-
         resolved = place.directory / place.name
         what = kind(st) if Path(os.path.abspath(path)) == resolved else f"a symbolic link to {resolved}, {kind(st)}"
         raise CheckpointError(

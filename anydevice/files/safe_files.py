@@ -30,7 +30,7 @@ from typing import Any
 
 from anydevice.errors import CheckpointError, FileAccessError
 from anydevice.files.publish import fsync_directory, locked_temp_file, remove_stale_temps, rename_noreplace, unlink_quietly
-from anydevice.files.safe_place import Place, is_shared, open_parent, os_cause
+from anydevice.files.safe_place import Place, is_shared, kind, kind_at, open_parent, os_cause
 
 Recognise = Callable[[bytes], bool]
 """Whether the contents of a file already at the target are something anydevice wrote (and may replace)."""
@@ -41,33 +41,6 @@ RECOGNISE_LIMIT = 64 << 20
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISLNK, "a symbolic link"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
-
-
-def kind(st: os.stat_result) -> str:
-    """What a file is, in words: ``a FIFO (named pipe)``, ``a regular file``."""
-    return next((name for test, name in _KINDS if test(st.st_mode)), "a regular file")
-
-
-def kind_at(path: str | os.PathLike[str], st: os.stat_result) -> str:
-    """:func:`kind` of ``st`` (``path``'s stat, links followed), saying which link led there when ``path`` is one:
-    ``a symbolic link to /dev/zero, a character device``."""
-    try:
-        target = os.readlink(path)
-    except OSError:  # not a link
-        return kind(st)
-    from anydevice.runtime.untrusted import clean
-
-    return f"a symbolic link to {clean(target, 200)}, {kind(st)}"
-
-
 # -- writing ----------------------------------------------------------------------------------------
 
 

@@ -39,6 +39,32 @@ _CAUSES = {
 }
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def kind(st: os.stat_result) -> str:
+    """What a file is, in words: ``a FIFO (named pipe)``, ``a regular file``."""
+    return next((name for test, name in _KINDS if test(st.st_mode)), "a regular file")
+
+
+def kind_at(path: str | os.PathLike[str], st: os.stat_result) -> str:
+    """:func:`kind` of ``st`` (``path``'s stat, links followed), saying which link led there when ``path`` is one:
+    ``a symbolic link to /dev/zero, a character device``."""
+    try:
+        target = os.readlink(path)
+    except OSError:  # not a link
+        return kind(st)
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in target[:200])  # a link's target is anyone's text
+    return f"a symbolic link to {shown}{'...' if len(target) > 200 else ''}, {kind(st)}"
+
+
 def os_cause(exc: OSError) -> str:
     """The cause of ``exc`` in words (``no space left on the device``), and the file it names when it names one."""
     cause = _CAUSES.get(exc.errno or 0) or (exc.strerror or str(exc) or type(exc).__name__)
