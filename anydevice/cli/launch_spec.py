@@ -4,9 +4,9 @@
     anydevice launch train.py --target cuda:h100x8x2 --emit slurm --out train.sbatch
     anydevice launch examples/train.py --steps 3 --target cpu:1x2 --emit skypilot --rehearse
 
-Writes the spec (stdout, or ``--out FILE``; an existing file is replaced only with ``--force``). On a target whose
-device compiles for its slices (TPU), ``anydevice check SCRIPT --target TARGET`` runs first (``--no-check`` skips
-it; ``--check`` asks for it on any target): a step that will not compile, fit or launch there is refused, or with
+Writes the spec (stdout, or ``--out FILE``, made with its folders; an existing regular file is replaced only with
+``--force``; ``-``: stdout). On a target whose device compiles for its slices (TPU), ``anydevice check SCRIPT
+--target TARGET`` runs first (``--no-check`` skips it; ``--check`` asks for it on any target): a step that will not compile, fit or launch there is refused, or with
 ``--force`` written with the verdict in a comment. ``--rehearse`` (a cpu target) runs the spec's start command
 here once per host with the engine's variables, and prints the main rank's last line. launch's own options may
 come before or after SCRIPT; a script argument spelled like one of them goes after ``--``.
@@ -164,9 +164,9 @@ def main(argv: list[str]) -> int:
         from anydevice.launch_specs.rehearse import require_cpu
 
         require_cpu(plan)
-    out = Path(options["--out"]) if "--out" in options else None
-    if out is not None and out.exists() and not options.get("--force"):
-        raise UsageError(f"--out {out} exists.", "Choose another file, or pass --force to replace it.")
+    out = Path(options["--out"]) if options.get("--out", "-") != "-" else None  # '-': stdout, as without --out
+    if out is not None:
+        _check_out(out, bool(options.get("--force")))
     if not Path(script).is_file():
         raise UsageError(
             f"No such script: {script}.", "Name the training script as it is found from here (its path on the hosts is the same)."
@@ -194,13 +194,25 @@ def main(argv: list[str]) -> int:
     if out is None:
         sys.stdout.write(text)
     else:
-        out.write_text(text)
+        from anydevice.files.safe_files import write_bytes
+
+        write_bytes(out, text.encode("utf-8"), force=bool(options.get("--force")), force_hint="pass --force")
         if engine == "slurm":
             os.chmod(out, 0o755)
         print(f"anydevice: wrote {out} ({engine}, {target.text})", file=sys.stderr)
     if options.get("--rehearse"):
         return _rehearse(engine, plan, _int(options, "--timeout", 600))
     return 0
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """Before any work: ``--out`` names a regular file or nothing yet (its folders are made); a directory, FIFO or
+    device (or a link to one) is refused even with ``--force``, never opened; an existing file only with ``--force``."""
+    from anydevice.files.safe_files import existing_regular
+
+    existing_regular(out, "write the spec to")
+    if os.path.lexists(out) and not force:
+        raise UsageError(f"--out {out} exists.", "Choose another file, or pass --force to replace it.")
 
 
 def _rehearse(engine: str, plan: Any, timeout: int) -> int:

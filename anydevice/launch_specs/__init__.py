@@ -19,7 +19,7 @@ from anydevice.launch_specs.target import Target, parse_target
 
 ENGINES = ("skypilot", "jobset", "slurm")
 
-__all__ = ["DEFAULT_PORT", "ENGINES", "Plan", "Target", "header", "parse_target", "write"]
+__all__ = ["DEFAULT_PORT", "ENGINES", "Plan", "Target", "comment", "header", "parse_target", "write"]
 
 
 def header(plan: Plan, notes: tuple[str, ...] = ()) -> str:
@@ -31,11 +31,17 @@ def header(plan: Plan, notes: tuple[str, ...] = ()) -> str:
     if t.topology:
         shape += f", topology {t.topology}"
     lines = [
-        f"# anydevice launch {VERSION}: {plan.script} on {t.text} ({shape}; anydevice run -n {t.processes} on each host)",
-        f"# chip facts: {t.source}" if t.model else "# no chip: a cpu target (a rehearsal)",
-        *(f"# {note}" for note in notes),
+        f"anydevice launch {VERSION}: {plan.script} on {t.text} ({shape}; anydevice run -n {t.processes} on each host)",
+        f"chip facts: {t.source}" if t.model else "no chip: a cpu target (a rehearsal)",
+        *notes,
     ]
-    return "\n".join(lines) + "\n"
+    return "".join(f"# {comment(line)}\n" for line in lines)
+
+
+def comment(text: str) -> str:
+    """``text`` as the rest of one comment line: a line break or other control character in it (a script path, a check's
+    reason) is written escaped, so nothing after it can become a YAML key or a shell command."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def write(engine: str, plan: Plan, notes: tuple[str, ...] = ()) -> str:

@@ -37,7 +37,7 @@ from anydevice.errors import (
 from anydevice.runtime.registry import Registry
 
 AUTO = "auto"
-_INDEX = re.compile(r"[0-9]+", flags=re.ASCII)  # str.isdigit() also takes '²' and '١' (Arabic-Indic one)
+_INDEX = re.compile(r"0|[1-9][0-9]*", flags=re.ASCII)  # str.isdigit() also takes '²' and '١'; torch refuses 'cpu:00'
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def split_ref(text: str) -> tuple[str, int | None, str | None]:
     if not rest or not (rest[0].isascii() and rest[0].isalpha()):  # a chip starts with a letter; else it is an index
         raise SelectionError(
             f"Bad device index {short(rest, 40)!r} in '{short(text)}': the index must be a non-negative integer "
-            "written with the ASCII digits 0-9.",
+            "written with the ASCII digits 0-9" + (", without leading zeros." if rest.isascii() and rest.isdigit() else "."),
             f"Write it as {name}:0, {name}:1, ...",
         )
     return name, None, rest
@@ -316,7 +316,7 @@ def _canonical_or_raise(name: str, registry: Registry) -> str:
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     suggestion = registry.canonical(close[0]) if close else None
     failed = [f.plugin for f in registry.failures]
-    error = UnknownDeviceError(name, registry.names(), suggestion)
+    error = UnknownDeviceError(short(name, 40), registry.names(), suggestion)  # a 100,000-character value is cut
     if failed:
         error.hint = f"{error.hint} Plugins that failed to load: {', '.join(failed)} (see `anydevice list`)."
     raise error
