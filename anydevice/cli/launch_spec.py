@@ -6,7 +6,8 @@
 
 Writes the spec (stdout, or ``--out FILE``, made with its folders; an existing regular file is replaced only with
 ``--force``; ``-``: stdout). On a target whose device compiles for its slices (TPU), ``anydevice check SCRIPT
---target TARGET`` runs first (``--no-check`` skips it; ``--check`` asks for it on any target): a step that will not compile, fit or launch there is refused, or with
+--target TARGET`` runs first (``--no-check`` skips it; ``--check`` asks for it on any target): a step that will
+not compile, fit or launch there is refused, or with
 ``--force`` written with the verdict in a comment. ``--rehearse`` (a cpu target) runs the spec's start command
 here once per host with the engine's variables, and prints the main rank's last line. launch's own options may
 come before or after SCRIPT; a script argument spelled like one of them goes after ``--``.
