@@ -97,7 +97,7 @@ def check(
     import torch
 
     from anydevice.preflight.compiled import compile_slices, require_compiler
-    from anydevice.preflight.observe import Observer
+    from anydevice.preflight.observe import Observer, optimizer_state_bytes
     from anydevice.preflight.schema import FROM_SHAPES
 
     names = targets_of(target)
@@ -164,23 +164,6 @@ def refuse_closure_optimizer(optimizer: torch.optim.Optimizer | None) -> None:
             f"Check the script that steps it (`anydevice check train.py`, which runs its own {kind}.step(closure)), "
             "or pass an optimizer with the same state (Adam, SGD) to ad.check.",
         )
-
-
-STATE_COPIES = {"Adam": 2, "AdamW": 2, "Adamax": 2, "NAdam": 2, "RAdam": 2, "Adagrad": 1, "Adadelta": 2, "Rprop": 2, "ASGD": 2}
-"""Tensors of the parameters' size each optimizer keeps per parameter (SGD and RMSprop: see :func:`optimizer_state_bytes`)."""
-
-
-def optimizer_state_bytes(optimizer: torch.optim.Optimizer, parameter_bytes: int) -> int:
-    """The optimizer's state in bytes, from its kind and hyper-parameters (for a model whose step cannot run)."""
-    kind = type(optimizer).__name__
-    group = optimizer.param_groups[0] if optimizer.param_groups else {}
-    if kind == "SGD":
-        copies = int(bool(group.get("momentum")))
-    elif kind == "RMSprop":
-        copies = 1 + int(bool(group.get("momentum"))) + int(bool(group.get("centered")))
-    else:
-        copies = STATE_COPIES.get(kind, 2)  # unknown kind: as Adam, the common case
-    return copies * parameter_bytes
 
 
 def _example(value: Any, device: str) -> Any:

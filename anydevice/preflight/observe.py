@@ -328,8 +328,6 @@ class Observer:
 
         ``unstepped``: optimizers the script made (with the line) that did not step in the steps run: listed with
         ``steps=0``, their state estimated from their kind (as on meta), their parameters counted."""
-        from anydevice.preflight import optimizer_state_bytes
-
         params: list[torch.Tensor] = [
             p for opt in [*optimizers, *(o for o, _ in unstepped)] for group in opt.param_groups for p in group["params"]
         ]
@@ -489,3 +487,20 @@ def core_aten(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
 def _traced_value(value: Any) -> Any:
     """A graph node's traced value (a fake tensor: its shape and dtype are what :func:`describe` keeps)."""
     return value.meta.get("val") if isinstance(value, torch.fx.Node) else value
+
+
+STATE_COPIES = {"Adam": 2, "AdamW": 2, "Adamax": 2, "NAdam": 2, "RAdam": 2, "Adagrad": 1, "Adadelta": 2, "Rprop": 2, "ASGD": 2}
+"""Tensors of the parameters' size each optimizer keeps per parameter (SGD and RMSprop: see :func:`optimizer_state_bytes`)."""
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer, parameter_bytes: int) -> int:
+    """The optimizer's state in bytes, from its kind and hyper-parameters (for a model whose step cannot run)."""
+    kind = type(optimizer).__name__
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    if kind == "SGD":
+        copies = int(bool(group.get("momentum")))
+    elif kind == "RMSprop":
+        copies = 1 + int(bool(group.get("momentum"))) + int(bool(group.get("centered")))
+    else:
+        copies = STATE_COPIES.get(kind, 2)  # unknown kind: as Adam, the common case
+    return copies * parameter_bytes
