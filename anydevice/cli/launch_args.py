@@ -25,6 +25,14 @@ _HOSTNAME = re.compile(
     r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
 )
 USAGE = "anydevice run [options] (script.py | -m module | -- command) [args ...]"
+_WHOLE = re.compile(r"-?[0-9]+", flags=re.ASCII)
+
+
+def whole_number(text: str) -> int:
+    """A count or rank as written on the command line: ASCII digits only (``int()`` also reads ' 2', '٣' and '1_0')."""
+    if not _WHOLE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number written with the ASCII digits 0-9")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,11 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Launch N processes of a Python script or module the selected device's way (torchrun, spawn, ...), "
         "or start one console command (`-- vllm serve MODEL`) with the selected device's environment.",
     )
-    p.add_argument("-n", "--nproc-per-node", type=int, default=None, help="processes on this node (default: the device count)")
-    p.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
-    p.add_argument("--node-rank", type=int, default=None, help="this node's rank, 0..nnodes-1 (static rendezvous)")
+    p.add_argument(
+        "-n", "--nproc-per-node", type=whole_number, default=None, help="processes on this node (default: the device count)"
+    )
+    p.add_argument("--nnodes", type=whole_number, default=1, help="number of nodes (default 1)")
+    p.add_argument("--node-rank", type=whole_number, default=None, help="this node's rank, 0..nnodes-1 (static rendezvous)")
     p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="rendezvous address every node can reach")
-    p.add_argument("--max-restarts", type=int, default=0, help="restart the whole group up to K times after a failure")
+    p.add_argument("--max-restarts", type=whole_number, default=0, help="restart the whole group up to K times after a failure")
     p.add_argument(
         "--run-id", default=None, help="rendezvous id, the same on every node: letters, digits, - _ . (default: random)"
     )

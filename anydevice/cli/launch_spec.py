@@ -156,6 +156,8 @@ def main(argv: list[str]) -> int:
     engine = options["--emit"]
     if engine not in ENGINES:
         raise UsageError(f"--emit {engine!r} is not an engine anydevice writes for.", f"Choose one of: {', '.join(ENGINES)}.")
+    if engine == "slurm" and "--image" in options:
+        raise UsageError("--image is for skypilot and jobset: an sbatch script runs on the hosts' own Python.", "Drop --image.")
     target = parse_target(options["--target"])
     kwargs: dict[str, Any] = {"name": options.get("--name") or _job_name(script), "image": options.get("--image")}
     if "--port" in options:

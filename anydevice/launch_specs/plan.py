@@ -11,6 +11,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from anydevice.contract.chips import shown
 from anydevice.errors import UsageError
 from anydevice.launch_specs.target import Target
 
@@ -18,6 +19,8 @@ DEFAULT_PORT = 29400
 """The rendezvous port on the first host (torch elastic's c10d default)."""
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", flags=re.ASCII)
 """A job name every engine takes: a DNS label short enough for JobSet's pod names (``<name>-workers-0-0-xxxxx``)."""
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}", flags=re.ASCII)
+"""A container image reference's characters (registry, path, tag, digest): no space or line break reaches the spec."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,11 @@ class Plan:
             raise UsageError(
                 f"--name {self.name!r} is not a job name every engine takes.",
                 "Use 1 to 40 lower-case letters, digits and '-', starting and ending with a letter or digit, e.g. train-7.",
+            )
+        if self.image is not None and not _IMAGE.fullmatch(self.image):
+            raise UsageError(
+                f"--image '{shown(self.image)}' is not a container image reference.",
+                "Name it as registry/name[:tag][@sha256:digest], without spaces, e.g. --image python:3.12-slim.",
             )
         if not 1 <= self.port <= 65535:
             raise UsageError(f"--port {self.port} is not a port from 1 to 65535.", f"e.g. --port {DEFAULT_PORT}.")

@@ -98,7 +98,12 @@ def parse_target(text: str, registry: Registry | None = None) -> Target:
                 f"Choose one of: {catalogue.valid_list(ref.name, ref.spec.chips, 6)}.",
             )
         return _host_only(ref.name, variant, text)
-    ref = parse_ref(base, registry)
+    try:
+        ref = parse_ref(base, registry)
+    except SelectionError as exc:  # the part before the hosts: the error names what the user wrote too
+        if base == text:
+            raise
+        raise SelectionError(f"--target {catalogue.shown(text)}: {exc.message}", exc.hint) from None
     chip, shape = ref.chip, ref.shape
     if ref.index is not None and not ref.spec.chips:
         raise SelectionError(
