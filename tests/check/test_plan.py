@@ -115,3 +115,15 @@ def test_the_cli_plans_a_scripts_observed_step_for_a_gpu() -> None:
 def test_the_cli_without_a_target_is_one_usage_line() -> None:
     done = anydevice_cli("plan", str(SCRIPTS / "get_batch.py"))
     assert done.returncode == 2 and "needs SCRIPT and --target" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_collective_bytes_are_read_from_the_result_shapes_libtpu_prints() -> None:
+    from anydevice.shims.tpu_aot import collective_bytes
+
+    hlo = (  # lines as libtpu 0.0.42.1 prints them (no operand shapes; layouts with tiles)
+        "  ROOT %all-reduce = f32[512,256]{1,0:T(8,128)} all-reduce(%fusion), channel_id=1, to_apply=%add.clone\n"
+        "  %ag = (bf16[64]{0}, bf16[512]{0}) all-gather-start(%p), dimensions={0}\n"
+        "  %rs = bf16[8,16]{1,0} reduce-scatter(%q), dimensions={0}\n"
+        "  %x = f32[4]{0} add(%a, %b)\n"
+    )
+    assert collective_bytes(hlo) == {"all-reduce": 512 * 256 * 4, "all-gather": 512 * 2, "reduce-scatter": 8 * 16 * 2}
