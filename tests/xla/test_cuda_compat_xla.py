@@ -229,17 +229,25 @@ print("ok", back.weight.device, torch.equal(back.weight.cpu(), model.weight.cpu(
 
 
 def test_backward_passes_piling_up_without_a_step_boundary_warn_once() -> None:
+    """Backward passes with no optimizer step and no module forward between them (tensor code): no boundary can be
+    placed, so the first 16 say so, once. A module's forward after a backward is a boundary (issue 50): no warning."""
     code = """
+import sys
 import torch
+w = torch.randn(4, 1, device="cuda", requires_grad=True)
 model = torch.nn.Linear(4, 1).cuda()
 for _ in range(20):  # gradients accumulate, no optimizer.step(): one ever-growing graph
-    model(torch.randn(2, 4, device="cuda")).sum().backward()
+    if sys.argv[1] == "tensors":
+        (torch.randn(2, 4, device="cuda") @ w).sum().backward()
+    else:
+        model(torch.randn(2, 4, device="cuda")).sum().backward()
 torch.cuda.synchronize()
 print("ok")
 """
-    done = run(["-c", code], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1", ANYDEVICE_QUIET="")
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
-    assert done.stderr.count("16 backward passes were traced into one xla graph without a step boundary") == 1
+    for form, warnings in (("tensors", 1), ("module", 0)):
+        done = run(["-c", code, form], ANYDEVICE="xla", ANYDEVICE_CUDA_COMPAT="1", ANYDEVICE_QUIET="")
+        assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+        assert done.stderr.count("16 backward passes were traced into one xla graph without a step boundary") == warnings
 
 
 def test_gpt_script_on_the_cpu_of_a_cuda_build_reaches_no_cuda_driver() -> None:
@@ -354,25 +362,23 @@ print(json.dumps({"device": device.type, "param": model.weight.device.type, "out
 """
 
 
-def test_a_torch_accelerator_script_finds_xla_under_compat_and_says_so_without(tmp_path: Path) -> None:
-    """Issue 36: no silent CPU run. Without cuda-compat the rank ends with a line naming why xla was not used."""
+def test_a_torch_accelerator_script_finds_xla_under_anydevice_run_with_and_without_compat(tmp_path: Path) -> None:
+    """Issue 50: a torch.accelerator program lands on xla under `anydevice run`, with or without --cuda-compat."""
     script = tmp_path / "accelerator.py"
     script.write_text(ACCELERATOR_SCRIPT)
     plain = run(["-m", "anydevice", "run", str(script)], ANYDEVICE="xla")
     compat = run(["-m", "anydevice", "run", "--cuda-compat", str(script)], ANYDEVICE="xla")
     reference = run([str(script)])
-    assert last_json(plain)["device"] == "cpu"
-    assert "ANYDEVICE=xla was asked for, but this process never used xla: torch_xla was never imported" in plain.stderr
-    assert "anydevice run --cuda-compat" in plain.stderr
-    got = last_json(compat)
-    assert (got["device"], got["param"]) == ("xla", "xla")
-    assert abs(got["out"] - last_json(reference)["out"]) < 1e-5
-    assert "never used" not in compat.stderr
+    for done in (plain, compat):
+        got = last_json(done)
+        assert (got["device"], got["param"]) == ("xla", "xla")
+        assert abs(got["out"] - last_json(reference)["out"]) < 1e-5
+        assert "never used" not in done.stderr
 
 
 ACCELERATOR_STEPS = """
 import torch
-device = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the CUDA idiom: --cuda-compat's door
 model = torch.nn.Linear(4, 2).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(3):
@@ -382,7 +388,7 @@ for step in range(3):
 """
 
 
-def test_a_torch_accelerator_script_says_before_its_first_step_that_xla_is_not_used_and_under_compat_nothing(
+def test_a_cuda_idiom_script_says_before_its_first_step_that_xla_is_not_used_and_under_compat_nothing(
     tmp_path: Path,
 ) -> None:
     """Issue 36: the line comes before the first optimizer step (stderr merged: the order is real), once."""
@@ -405,7 +411,8 @@ def test_a_torch_accelerator_script_says_before_its_first_step_that_xla_is_not_u
     plain = lines()
     said = [i for i, line in enumerate(plain) if "anydevice: ANYDEVICE=xla was asked for" in line]
     assert len(said) == 1 and said[0] < plain.index("step 0 on cpu"), plain
-    assert "torch_xla is not imported at its first backward pass, so this step runs on the CPU" in plain[said[0]]
+    # torch_xla is imported (torch.accelerator answers for xla under anydevice run, issue 50): the tensors are the CPU's
+    assert "the tensors of its first backward pass are" in plain[said[0]]
     assert not any("never used" in line for line in plain), plain  # not repeated at exit
     compat = lines("--cuda-compat")
     assert "step 2 on xla" in compat and not any("anydevice: ANYDEVICE" in line for line in compat), compat
@@ -431,10 +438,11 @@ def test_inference_mode_and_a_generator_on_the_model_device_run_on_xla_as_on_cpu
     assert abs(got["out"] - want["out"]) < 1e-5 and abs(got["again"] - want["again"]) < 1e-5
 
 
-def test_word_lm_difference_is_torch_xla_without_a_boundary_after_a_hand_written_update(tmp_path: Path) -> None:
-    """word_language_model's idioms (docs/integrations.md, "word_language_model on xla"): the reload loses nothing;
-    the difference from cpu comes from parameters updated by hand (no optimizer, so cuda-compat puts no step boundary)
-    in one lazy graph with what follows; a torch_xla.sync() right after the update gives the CPU's numbers.
+def test_word_lm_hand_written_update_gets_a_boundary_and_the_cpu_numbers(tmp_path: Path) -> None:
+    """word_language_model's idioms (docs/integrations.md, "word_language_model on xla"): the reload loses nothing.
+    Parameters updated by hand (no optimizer) once left one lazy graph with what followed, and later epochs differed
+    from cpu (2.3836 vs 2.4376); the boundary at the next forward after a backward (issue 50) gives the CPU's numbers,
+    as a torch_xla.sync() right after the update does.
     """
     script = SCRIPTS / "word_lm_checkpoint.py"
     plain = run([str(script), str(tmp_path / "cpu.pt"), "3"])
@@ -445,8 +453,7 @@ def test_word_lm_difference_is_torch_xla_without_a_boundary_after_a_hand_written
     for row in (want, got, fixed):  # torch.save(model) / torch.load(f) give back the saved weights, bit for bit
         assert row["reloaded_equal"] and row["test"] == row["test_in_memory"], row
     assert close(fixed["vals"], want["vals"], tol=1e-5) and abs(fixed["test"] - want["test"]) <= 1e-5, (fixed, want)
-    assert abs(got["vals"][0] - want["vals"][0]) <= 1e-5  # the first epoch agrees ...
-    assert abs(got["vals"][1] - want["vals"][1]) > 1e-3, (got, want)  # ... later ones do not (measured 2.3836 vs 2.4376)
+    assert close(got["vals"], want["vals"], tol=1e-5) and abs(got["test"] - want["test"]) <= 1e-5, (got, want)
 
 
 def test_tensor_parallel_with_a_cuda_device_mesh_runs_as_spmd_on_xla() -> None:
