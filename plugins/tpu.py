@@ -67,7 +67,7 @@ CHECK_FACTS = CheckFacts(
     memory_per_chip=catalogue.memory_per_chip(CHIPS),  # HBM per chip, from the catalogue
     # torch_tpu/_internal/utils/hardware.py lists whole slices only; any other count never passes its start barrier
     world_sizes=catalogue.host_processes(CHIPS),
-    slice_compiler="anydevice.plugin:tpu_aot",  # --target tpu:v5e-8: libtpu's compiler on this host (the tpu-check extra)
+    slice_compiler=tpu_slices.compiler,  # --target tpu:<slice>: libtpu's compiler on this host (the tpu-check extra)
     fallback="warnings",
     fallback_warning=r"<TorchTpu/Performance/",  # torch_tpu/_internal/warnings.py prefixes its fallback warnings
     compile_backends=COMPILE_BACKENDS,

@@ -31,7 +31,7 @@ from anydevice.contract.check_facts import StepLoss
 from anydevice.errors import AnyDeviceError
 from anydevice.shims.tpu_slices import EXAMPLE, Slice, parse_slice, valid_names
 
-__all__ = ["EXAMPLE", "available", "compile_step", "parse_slice", "valid_names"]
+__all__ = ["EXAMPLE", "EXTRA_FIX", "available", "compile_step", "parse_slice", "valid_names"]
 
 EXTRA_FIX = 'pip install "anydevice[tpu-check]" (jax[tpu] and torchax: libtpu\'s compiler, no chip needed)'
 COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all", "collective-permute")

@@ -8,9 +8,9 @@ table gets the full report without any code in core.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 ALL_DTYPES: Final = frozenset(
     {
@@ -71,6 +71,36 @@ class OpTable:
     probe: str | None = None
 
 
+class CompileSlice(Protocol):
+    """A slice a :class:`SliceCompiler` parsed: its canonical name, the compiler's topology, what its size counts."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def topology(self) -> str: ...
+    @property
+    def counting(self) -> str: ...
+    @property
+    def chips(self) -> int: ...
+
+
+class SliceCompiler(Protocol):
+    """Compiles a training step for a named slice of a device with its vendor's compiler on this host, no chip needed
+    (``anydevice check --target tpu:<slice>``): what ``CheckFacts.slice_compiler`` returns (a module may be one).
+
+    ``EXAMPLE``: a slice name for messages; ``EXTRA_FIX``: what to install when :meth:`available` says why not;
+    ``compile_step(model, args, kwargs, *, target, mesh, optimizer, loss, ...)`` returns the fields of
+    :class:`~anydevice.preflight.schema.CompiledStep` (the compiler's own numbers and words).
+    """
+
+    EXAMPLE: str
+    EXTRA_FIX: str
+    compile_step: Callable[..., dict[str, Any]]
+
+    def available(self) -> str | None: ...
+    def parse_slice(self, text: str) -> CompileSlice: ...
+
+
 @dataclass(frozen=True)
 class CheckFacts:
     """A device's facts for ``anydevice check`` and ``ad.capabilities()``; every field has a default.
@@ -92,10 +122,9 @@ class CheckFacts:
     :param lacking_reduce_ops: ``ReduceOp`` names its process group rejects (the same set as the collectives shim's
         ``Collectives.lacking_reduce_ops``; ``{"AVG"}`` on torch_xla); None: unknown, collectives are not checked.
     :param sources: where these facts come from, one phrase each (docs, tables, runs), for the report.
-    :param slice_compiler: ``"module:attribute"`` of a module that compiles a training step for a named slice of the
-        device with its vendor's compiler on this host (``--target tpu:v5e-8``); it has ``EXAMPLE`` (a slice name),
-        ``available()`` (None, or why not), ``parse_slice(name)`` and ``compile_step(...)`` (a dict of
-        :class:`~anydevice.preflight.schema.CompiledStep`'s fields). None: slice targets are refused.
+    :param slice_compiler: a function returning the device's :class:`SliceCompiler` (it may import the vendor's
+        compiler: called, through the registry's guard, only when a slice target asks for it); None: slice targets
+        are refused.
     :param refused_calls: calls the device's runtime refuses, found in the script's own source at their line
         (they may come after the steps ``check`` runs, in validation or sampling): a dotted name
         (``torch.inference_mode``), or ``name(device=)`` for a call given a ``device`` keyword -> (why, the fix).
@@ -114,7 +143,7 @@ class CheckFacts:
     dist_backend: str | None = None
     lacking_reduce_ops: frozenset[str] | None = None
     sources: tuple[str, ...] = ()
-    slice_compiler: str | None = None
+    slice_compiler: Callable[[], SliceCompiler] | None = None
     refused_calls: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 

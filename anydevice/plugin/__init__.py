@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from anydevice import settings
 from anydevice.contract import chips, versions
 from anydevice.contract import detect as detection
-from anydevice.contract.check_facts import ALL_DTYPES, FP8, NO_DOUBLE, CheckFacts, GiB, OpTable
+from anydevice.contract.check_facts import ALL_DTYPES, FP8, NO_DOUBLE, CheckFacts, GiB, OpTable, SliceCompiler
 from anydevice.contract.chips import Chip, SliceShape
 from anydevice.contract.device_spec import (
     DEFAULT_PRIORITY,
@@ -60,7 +60,7 @@ from anydevice.contract.evidence import Evidence
 from anydevice.contract.hookspecs import anydevice_doctor_checks, anydevice_register_devices, anydevice_register_probes, hookimpl
 from anydevice.contract.versions import PairRule, check_pair
 from anydevice.settings import Setting, local_rank, rank, world_size
-from anydevice.shims import lazy_xla, tpu_aot, tpu_slices
+from anydevice.shims import lazy_xla, tpu_slices
 from anydevice.shims.contracts import (
     Collectives,
     Compilation,
@@ -121,6 +121,7 @@ __all__ = [
     "Serving",
     "Setting",
     "Shims",
+    "SliceCompiler",
     "SliceShape",
     "Status",
     "TraceSession",
@@ -139,7 +140,6 @@ __all__ = [
     "rank",
     "settings",
     "torch_device_module",
-    "tpu_aot",
     "tpu_slices",
     "versions",
     "world_size",

@@ -5,8 +5,7 @@ the findings the compiler's answer gives. The compiling itself is the plugin's `
 
 from __future__ import annotations
 
-import functools
-import importlib
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +13,8 @@ from anydevice.errors import AnyDeviceError
 from anydevice.preflight.schema import CompiledStep, Finding, OptimizerUse, Verdict
 
 if TYPE_CHECKING:
-    from types import ModuleType
+    from anydevice.contract.check_facts import SliceCompiler
+    from anydevice.runtime.registry import Registry
 
 CROSS_ENTROPY_OPS = frozenset({"aten::nll_loss_forward", "aten::nll_loss2d_forward", "aten::cross_entropy_loss"})
 MSE_OPS = frozenset({"aten::mse_loss"})
@@ -28,21 +28,31 @@ def split_target(target: str) -> tuple[str, str | None]:
     return (name, variant) if variant is not None else (target.strip(), None)
 
 
-@functools.cache
-def slice_compiler(device: str) -> ModuleType | None:
-    """The module a device's plugin names to compile for its slices (``CheckFacts.slice_compiler``), or None."""
+def slice_compiler(device: str) -> SliceCompiler | None:
+    """The compiler a device's plugin declares for its slices (``CheckFacts.slice_compiler``), or None.
+
+    The plugin's function is called once per registry, through the registry's guard (a plugin that raises is a
+    :class:`~anydevice.errors.PluginError` naming it); ``reset_registry()`` forgets it with the registry.
+    """
+    from anydevice.errors import PluginError
+    from anydevice.runtime import guard
     from anydevice.runtime.registry import get_registry
 
-    declared = get_registry().get(device).spec.check.slice_compiler
-    if declared is None:
-        return None
-    module, _, attribute = declared.partition(":")
-    found: ModuleType = (
-        functools.reduce(getattr, attribute.split("."), importlib.import_module(module))
-        if attribute
-        else (importlib.import_module(module))
-    )
-    return found
+    registry = get_registry()
+    known = _compilers.setdefault(registry, {})
+    if device not in known:
+        entry = registry.get(device)
+        factory = entry.spec.check.slice_compiler
+        try:
+            known[device] = None if factory is None else registry.call(entry.plugin, "slice_compiler", factory)
+        except guard.PluginCallError as exc:
+            if isinstance(exc.cause, AnyDeviceError):
+                raise exc.cause from None
+            raise PluginError(exc.plugin, f"{exc.error} (at {exc.stage})") from exc.cause
+    return known[device]
+
+
+_compilers: weakref.WeakKeyDictionary[Registry, dict[str, SliceCompiler | None]] = weakref.WeakKeyDictionary()
 
 
 def canonical_slice(device: str, name: str) -> str:
