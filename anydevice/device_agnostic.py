@@ -26,6 +26,8 @@ VARIABLE = "ANYDEVICE"
 RUNNER = "anydevice.runtime.script_main"
 """The module that runs the script (``anydevice run``'s ranks): frames above it are the script's."""
 OWN = ("anydevice.device_agnostic", "anydevice.cuda_compat", "anydevice.startup")
+importing = False
+"""True while :func:`install` imports :mod:`anydevice.cuda_compat` (which then says nothing about being off)."""
 
 
 def asked() -> str | None:
@@ -38,9 +40,14 @@ def asked() -> str | None:
 
 def install() -> None:
     """At the script's first ``import torch``: the device-agnostic API answers for the selected device (see module doc)."""
-    if asked() is None:
-        return
-    from anydevice.cuda_compat.scope import ImportHook, installed_hook, torch_loaded
+    global importing
+    if not needs_views(asked()):
+        return  # the host, cuda, mps, xpu: torch answers; cuda-compat's package is not even imported
+    importing = True  # anydevice's own import of the package: its "cuda-compat is off" line is for a script's
+    try:
+        from anydevice.cuda_compat.scope import ImportHook, installed_hook, torch_loaded
+    finally:
+        importing = False
 
     if installed_hook() is None:
         ImportHook(_on_torch).install()
@@ -61,8 +68,6 @@ def _on_torch() -> Scope | None:
         hook = installed_hook()
         if hook is not None:
             hook.waiting = True  # the script's next import of torch decides
-        return None
-    if not needs_views(asked()):
         return None
     from anydevice.cuda_compat import accelerator
 

@@ -38,7 +38,7 @@ __all__ = ["disable", "enable", "enabled", "report"]
 
 if os.environ.get(startup_hook.VARIABLE, "").strip():
     startup_hook.install()  # now if torch is imported, else at the script's first `import torch`; a bad value raises there
-elif not settings.ANYDEVICE_QUIET.flag() and "anydevice.device_agnostic" not in sys.modules:  # anydevice run's own import
+elif not settings.ANYDEVICE_QUIET.flag() and not getattr(sys.modules.get("anydevice.device_agnostic"), "importing", False):
     sys.stderr.write(
         "anydevice: cuda-compat is off: set ANYDEVICE_CUDA_COMPAT=1 (or use `anydevice run --cuda-compat`); torch is untouched.\n"
     )
