@@ -299,6 +299,8 @@ def observe(
         if refused and data["error"] not in _HINTS:
             stopped = f" The script then stopped: {plan.user_path(str(data['error']))}"
             raise AnyDeviceError(_wrote(script, refused, plan) + stopped + _tail(output), _WRITES)
+        if data["error"] == "compile_refused":  # the script ran well: the compiler's refusal and its own fix, no output
+            raise AnyDeviceError(str(data["message"]))
         hint = _HINTS["stdin"] if data.get("stdin") else _HINTS.get(data["error"], _RUN_ON_CPU)
         raise AnyDeviceError(_explain(script, data) + _tail(output), hint)
     if data.get("run") is not None:
