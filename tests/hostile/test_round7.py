@@ -10,6 +10,7 @@ processes; an ``--image`` with a line break reached the spec.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -17,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from anydevice.errors import SelectionError, UsageError
 from anydevice.launch_specs import Plan, parse_target, write
@@ -38,6 +38,8 @@ def test_a_line_break_in_the_script_path_stays_in_its_comment(engine: str, tmp_p
         argv = _run_sbatch(text, tmp_path)
         assert not marker.exists() and argv[-3:] == [str(script), "--note", "a\nb"]
     else:  # the YAML loads with the same keys as a plain path's spec: none came from the path
+        import yaml
+
         plain = write(engine, Plan(parse_target("cpu:1x2"), "train.py", ("--note", "a"), name="train"))
         assert _keys(list(yaml.safe_load_all(text))) == _keys(list(yaml.safe_load_all(plain)))
 
@@ -141,3 +143,33 @@ def test_a_long_unknown_device_is_echoed_cut() -> None:
 def test_run_counts_are_ascii_digits(count: str, script: Path) -> None:
     done = cli_in_process("run", "-n", count, str(script), env={"ANYDEVICE": "cpu"})
     assert done.returncode == 2 and "is not a whole number written with the ASCII digits 0-9" in done.stderr
+
+
+LBFGS = """
+import torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.LBFGS(model.parameters())
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for _ in range(3):
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+    opt.step(closure)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs the TPU compiler (the tpu-check lane venv)")
+def test_a_compile_the_compiler_refuses_is_its_refusal_alone(tmp_path: Path) -> None:
+    script = tmp_path / "lbfgs.py"
+    script.write_text(LBFGS)
+    done = subprocess.run(
+        [sys.executable, "-m", "anydevice", "check", str(script), "--target", "tpu:v5e-8"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 2 and "does not model the LBFGS optimizer" in done.stderr.splitlines()[0], done.stderr
+    assert "the script's last output" not in done.stderr and "ANYDEVICE=cpu python" not in done.stderr
