@@ -89,10 +89,10 @@ def split(argv: list[str]) -> tuple[dict[str, Any], str, list[str]]:
     return options, script, rest
 
 
-def _int(options: dict[str, Any], name: str, default: int) -> int:
+def _int(options: dict[str, Any], name: str, default: int, minimum: int = 0) -> int:
     raw = options.get(name, default)
-    if not str(raw).isascii() or not str(raw).isdigit():
-        raise UsageError(f"{name} must be a whole number, not {raw!r}.", USAGE)
+    if not str(raw).isascii() or not str(raw).isdigit() or int(raw) < minimum:
+        raise UsageError(f"{name} must be a whole number{f' of {minimum} or more' if minimum else ''}, not {raw!r}.", USAGE)
     return int(raw)
 
 
@@ -115,7 +115,8 @@ class Checked:
 
 def check_verdict(script: str, args: list[str], target: str, timeout: int) -> Checked:
     """``anydevice check SCRIPT --target TARGET --json`` in a child, read; a check that could not run is an error saying why."""
-    command = [sys.executable, "-m", "anydevice", "check", script, *args, "--target", target, "--json", "--timeout", str(timeout)]
+    command = [sys.executable, "-m", "anydevice", "check", script, "--target", target, "--json", "--timeout", str(timeout)]
+    command += ["--", *args]  # the script's own, even where spelled like check's options (--steps, --target)
     done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode not in (0, 1):
         said = done.stderr.strip().removeprefix("anydevice: error: ") or f"it exited with status {done.returncode}"
@@ -159,6 +160,7 @@ def main(argv: list[str]) -> int:
     if engine == "slurm" and "--image" in options:
         raise UsageError("--image is for skypilot and jobset: an sbatch script runs on the hosts' own Python.", "Drop --image.")
     target = parse_target(options["--target"])
+    timeout = _int(options, "--timeout", 600, minimum=1)  # before the check or rehearsal it bounds starts
     kwargs: dict[str, Any] = {"name": options.get("--name") or _job_name(script), "image": options.get("--image")}
     if "--port" in options:
         kwargs["port"] = _int(options, "--port", 0)
@@ -178,7 +180,7 @@ def main(argv: list[str]) -> int:
     compiles = target.slice and _has_compiler(target.device)
     if options.get("--check") or (compiles and not options.get("--no-check")):
         judged_as = target.text if compiles else target.device  # a slice is compiled for; another device is judged
-        checked = check_verdict(script, args, judged_as, _int(options, "--timeout", 600))
+        checked = check_verdict(script, args, judged_as, timeout)
         if checked.verdict in REFUSED and not options.get("--force"):
             print(
                 f"anydevice: error: {script} {checked.verdict} on {checked.target}, so no spec was written: {checked.reason}",
@@ -204,7 +206,7 @@ def main(argv: list[str]) -> int:
             os.chmod(out, 0o755)
         print(f"anydevice: wrote {out} ({engine}, {target.text})", file=sys.stderr)
     if options.get("--rehearse"):
-        return _rehearse(engine, plan, _int(options, "--timeout", 600))
+        return _rehearse(engine, plan, timeout)
     return 0
 
 

@@ -173,3 +173,44 @@ def test_a_compile_the_compiler_refuses_is_its_refusal_alone(tmp_path: Path) -> 
     )
     assert done.returncode == 2 and "does not model the LBFGS optimizer" in done.stderr.splitlines()[0], done.stderr
     assert "the script's last output" not in done.stderr and "ANYDEVICE=cpu python" not in done.stderr
+
+
+def test_launch_timeout_of_zero_is_refused_before_any_check(script: Path) -> None:
+    done = cli_in_process("launch", str(script), "--target", "cpu:1x2", "--emit", "slurm", "--check", "--timeout", "0")
+    assert done.returncode == 2 and done.stderr.startswith("anydevice: error: --timeout must be a whole number of 1 or more")
+    assert "could not run" not in done.stderr
+
+
+ARGV = """
+import sys, torch
+assert sys.argv[1:] == ["--steps", "1", "--target", "x", "--json"], sys.argv
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    model(torch.randn(8, 4)).sum().backward()
+    opt.step()
+"""
+
+
+def test_the_check_before_the_spec_gets_the_script_arguments_spelled_like_its_options(tmp_path: Path) -> None:
+    """``--steps 1 --target x --json`` were read by the check itself: it judged the script run without its arguments."""
+    script = tmp_path / "argv.py"
+    script.write_text(ARGV)
+    done = cli_in_process(
+        "launch",
+        str(script),
+        "--target",
+        "cpu:1x2",
+        "--emit",
+        "slurm",
+        "--check",
+        "--",
+        "--steps",
+        "1",
+        "--target",
+        "x",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "# anydevice check --target cpu: RUNS" in done.stdout and f"{script} --steps 1 --target x --json" in done.stdout
