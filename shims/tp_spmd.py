@@ -48,7 +48,7 @@ def live_device_tensors() -> int:
     import gc
 
     tensors = (obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor))  # type(): no __class__ lookups
-    return sum(1 for tensor in tensors if tensor.device.type == "xla")
+    return sum(1 for tensor in tensors if tensor.is_xla)
 
 
 def _refuse_tensors_made_before(name: str) -> None:

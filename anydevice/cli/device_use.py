@@ -141,8 +141,8 @@ def cpu_step_line(value: str, compat: bool, moment: str) -> str | None:
     """The line for a first step whose tensors are on the CPU while ``ANYDEVICE=value`` asked for another device
     (its vendor modules imported: :func:`unused_line` covers the rest), or None.
 
-    Said for a device with vendor modules (xla, tpu, neuron) and for the accelerators torch finds itself (cuda,
-    mps, xpu); a third-party device may keep its tensors in host memory, so it is never said there.
+    Said for every device that does not compute in host memory (its plugin's ``Hardware(host_memory=...)``): one
+    with vendor modules (xla, tpu, neuron) or one torch finds itself (cuda, mps, xpu).
     """
     name = asked_device(value)
     if name is None or name == "cpu":
@@ -153,21 +153,18 @@ def cpu_step_line(value: str, compat: bool, moment: str) -> str | None:
     canonical = registry.canonical(name)
     if canonical is None or canonical == "cpu":
         return None
-    if not registry.get(canonical).spec.vendor_modules and canonical not in FOUND_BY_TORCH:
+    spec = registry.get(canonical).spec
+    if spec.hardware.host_memory:
         return None
     fix = "move the model and its inputs with .to(ad.device())"
     if compat:
         fix = "these tensors were made on the CPU and never moved (cuda-compat moves only what names cuda); " + fix
-    elif canonical not in FOUND_BY_TORCH:
+    elif spec.vendor_modules:
         fix += ", or run a program that names cuda with `anydevice run --cuda-compat`"
     return (
         f"anydevice: ANYDEVICE={value.strip()} was asked for, but this process is not using {canonical}: the tensors of "
         f"its first {moment} are on the CPU, so this step runs on the CPU: {fix}."
     )
-
-
-FOUND_BY_TORCH = ("cuda", "mps", "xpu")
-"""Accelerators torch finds itself (no vendor module): a first step on the CPU while one was asked is said too."""
 
 
 def say_at_first_step(value: str, compat: bool, where: str = "cpu", moment: str = OPTIMIZER_STEP) -> None:
