@@ -121,6 +121,10 @@ class Placement:
     def step(self) -> None:
         """Mark a step boundary (XLA sync on lazy devices); eager devices run each op as issued: nothing to do."""
 
+    def materialize(self, tensors: list[Any]) -> None:
+        """Compute ``tensors`` on their own before a step boundary (lazy devices: the step's graph then takes them as
+        data); eager devices computed them already: nothing to do."""
+
     def manual_seed(self, seed: int) -> None:
         """Seed every RNG the device uses (Python's, torch's CPU and every initialised accelerator generator)."""
         import torch

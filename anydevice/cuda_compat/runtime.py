@@ -179,9 +179,7 @@ def _step_boundaries(r: Redirect) -> None:
                 REDIRECTED,
                 f"ad.step() before the next forward: {r.name} runs each hand-written update as one graph",
             )
-            materialize = getattr(placement, "materialize", None)
-            if materialize is not None:
-                _in_parts(materialize, args)
+            _in_parts(placement.materialize, args)
             placement.step()
 
     def after_forward(module: Any, args: Any, output: Any) -> None:

@@ -23,7 +23,7 @@ def script(plan: Plan, header: str) -> str:
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --exclusive",
     ]
-    if target.device == "cuda" and target.chips_per_host:
+    if target.resource is not None and target.resource.endswith("/gpu") and target.chips_per_host:  # SLURM's gpu gres
         lines.append(f"#SBATCH --gpus-per-node={target.chips_per_host}")
     lines += [
         *(line.rstrip() for line in header.splitlines()),
