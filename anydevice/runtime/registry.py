@@ -244,6 +244,12 @@ class Registry:
                 f"{settings.ANYDEVICE_PLUGINS.name}={given!r} names {', '.join(twice)} more than once.",
                 f"Name each plugin once, separated by commas (e.g. {settings.ANYDEVICE_PLUGINS.name}=cpu,xla).",
             )
+        value = settings.ANYDEVICE_PLUGINS.get() or ""
+        if value.strip() and any(not part.strip() for part in value.split(",")):  # as ANYDEVICE refuses 'tpu,,cpu'
+            raise SelectionError(
+                f"{settings.ANYDEVICE_PLUGINS.name}={given!r} has an empty entry.",
+                f"Separate plugin names with single commas (e.g. {settings.ANYDEVICE_PLUGINS.name}=cpu,xla).",
+            )
         if allowed is not None and (not allowed or allowed - found.keys()):
             unknown = clean(", ".join(sorted(allowed - found.keys())) or "none", 200)
             raise SelectionError(

@@ -214,3 +214,9 @@ def test_the_check_before_the_spec_gets_the_script_arguments_spelled_like_its_op
     )
     assert done.returncode == 0, done.stderr
     assert "# anydevice check --target cpu: RUNS" in done.stdout and f"{script} --steps 1 --target x --json" in done.stdout
+
+
+@pytest.mark.parametrize("value", ["cpu,,xla", ",", "cpu,"])
+def test_a_plugin_list_with_an_empty_entry_is_refused_as_a_device_list_is(value: str) -> None:
+    done = cli_in_process("list", env={"ANYDEVICE_PLUGINS": value})
+    assert done.returncode == 2 and f"ANYDEVICE_PLUGINS={value!r} has an empty entry." in done.stderr, done.stderr
