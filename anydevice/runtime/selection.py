@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from anydevice.contract.chips import Chip, SliceShape, example, parse_variant, shape_for
 from anydevice.contract.chips import shown as short
-from anydevice.contract.device_spec import Detection, DeviceSpec, is_valid_name
+from anydevice.contract.device_spec import NAME_PATTERN, Detection, DeviceSpec, is_valid_name
 from anydevice.errors import (
     DeviceUnavailableError,
     NoDeviceAvailableError,
@@ -37,6 +37,8 @@ from anydevice.errors import (
 from anydevice.runtime.registry import Registry
 
 AUTO = "auto"
+_WELL_FORMED = re.compile(rf"(?:{NAME_PATTERN})(?::[a-z0-9][a-z0-9.x-]*)?", flags=re.ASCII)
+"""One entry of a list as the grammar writes it (a name, with an index or a chip and count)."""
 _INDEX = re.compile(r"0|[1-9][0-9]*", flags=re.ASCII)  # str.isdigit() also takes '²' and '١'; torch refuses 'cpu:00'
 
 
@@ -103,10 +105,10 @@ def parse(text: str) -> Request:
                 f"Malformed device list '{shown}': 'auto' cannot be combined with other entries.",
                 "Use ANYDEVICE=auto alone, or list the devices in order of preference.",
             )
-        name, index, variant = split_ref(part)
+        name, index, variant = split_ref(part, text)
         if variant is not None:
             raise SelectionError(
-                f"Bad device index {short(variant, 40)!r} in '{short(part)}': the index must be a non-negative integer "
+                f"Bad device index '{short(variant, 40)}' in '{short(text)}': the index must be a non-negative integer "
                 "written with the ASCII digits 0-9.",
                 f"Write it as {name}:0, {name}:1, ... (a chip and count, {name}:CHIP-N, is for check --target and serve-spec)",
             )
@@ -117,7 +119,7 @@ def parse(text: str) -> Request:
 def as_written(text: str) -> str:
     """``text`` when it is written as the grammar writes it (lower case, no whitespace); else a refusal naming the fix."""
     fixed = "".join(text.split()).lower()
-    if fixed != text:
+    if fixed != text and _well_formed(fixed):
         what = "upper-case letters" if text != text.lower() else "spaces or tabs"
         if text != text.lower() and "".join(text.split()) != text:
             what = "upper-case letters and spaces or tabs"
@@ -128,7 +130,12 @@ def as_written(text: str) -> str:
     return text
 
 
-def split_ref(text: str) -> tuple[str, int | None, str | None]:
+def _well_formed(text: str) -> bool:
+    """Whether ``text`` is a list of names (each with an optional ``:index`` or ``:chip``): a fix worth suggesting."""
+    return text == AUTO or all(_WELL_FORMED.fullmatch(part) for part in text.split(","))
+
+
+def split_ref(text: str, whole: str | None = None) -> tuple[str, int | None, str | None]:
     """``"cuda:1"`` -> ("cuda", 1, None); ``"tpu:v5e-8"`` -> ("tpu", None, "v5e-8"); ``"cpu"`` -> ("cpu", None, None).
 
     The syntax only (no registry): a malformed name, an empty part after ``:``, or an index written with other digits
@@ -137,7 +144,7 @@ def split_ref(text: str) -> tuple[str, int | None, str | None]:
     name, sep, rest = text.partition(":")
     if not is_valid_name(name):
         raise SelectionError(
-            f"Malformed device name '{short(name, 40)}' in '{short(text)}'.",
+            f"Malformed device name '{short(name, 40)}' in '{short(whole or text)}'.",
             "Device names are lower-case letters, digits, '-' or '_', e.g. cuda or cuda:1.",
         )
     if not sep:
@@ -146,8 +153,9 @@ def split_ref(text: str) -> tuple[str, int | None, str | None]:
         return name, int(rest), None
     if not rest or not (rest[0].isascii() and rest[0].isalpha()):  # a chip starts with a letter; else it is an index
         raise SelectionError(
-            f"Bad device index {short(rest, 40)!r} in '{short(text)}': the index must be a non-negative integer "
-            "written with the ASCII digits 0-9" + (", without leading zeros." if rest.isascii() and rest.isdigit() else "."),
+            f"Bad device index '{short(rest, 40)}' in '{short(whole or text)}': the index must be a non-negative "
+            "integer written with the ASCII digits 0-9"
+            + (", without leading zeros." if rest.isascii() and rest.isdigit() else "."),
             f"Write it as {name}:0, {name}:1, ...",
         )
     return name, None, rest

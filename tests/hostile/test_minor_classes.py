@@ -84,7 +84,7 @@ def deflated_copy(source: Path, target: Path, extra_zeros: int = 0) -> None:
         for name in src.namelist():
             dst.writestr(name, src.read(name))
         if extra_zeros:
-            padding = zipfile.ZipInfo(f"{prefix}/padding")
+            padding = zipfile.ZipInfo(f"{prefix}/.data/padding")  # a hidden record: torch.save's layout still
             padding.compress_type = zipfile.ZIP_DEFLATED
             with dst.open(padding, "w", force_zip64=True) as member:
                 block = bytes(1 << 20)
