@@ -294,21 +294,17 @@ def current(*, announce: bool = True) -> Backend:
         return _current
 
 
-def role_backend(role: str) -> Backend:
-    """The loaded backend of ``role`` (``ANYDEVICE_ROLES``): the process's own when the role's device is it, else one
-    loaded for the role beside it (a trainer on xla and a rollout on cpu in one process), once, by :func:`load_backend`
-    (the registry's guard), kept with the process's own: :func:`reset` forgets both."""
-    from anydevice.runtime.roles import resolve_role
-
-    registry = get_registry()
-    placement = resolve_role(role, registry)
+def backend_beside(choice: Choice, request: str, registry: Registry) -> Backend:
+    """The process's own backend when ``choice`` is its device, else one loaded for ``choice`` beside it (a role's:
+    a trainer on xla and a rollout on cpu in one process), once, by :func:`load_backend` (the registry's guard),
+    kept with the process's own: :func:`reset` forgets both."""
     own = current()
-    if placement.choice.name == own.name and placement.choice.index == own.index:
+    if choice.name == own.name and choice.index == own.index:
         return own
-    key = (id(registry), placement.request)
+    key = (id(registry), request)
     with _lock:
         if key not in _roles:
-            _roles[key] = load_backend(placement.choice, registry)
+            _roles[key] = load_backend(choice, registry)
         return _roles[key]
 
 

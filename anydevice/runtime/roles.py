@@ -230,7 +230,10 @@ def weight_sync(source: Placement, target: Placement, *, same_process: bool, reg
 
 
 def backend_for(role: str) -> Backend:
-    """The loaded backend of ``role`` (:func:`anydevice.runtime.backend.role_backend`: the one loader and its cache)."""
-    from anydevice.runtime.backend import role_backend
+    """The loaded backend of ``role`` (:func:`anydevice.runtime.backend.backend_beside`: the one loader and its cache)."""
+    from anydevice.runtime.backend import backend_beside
+    from anydevice.runtime.registry import get_registry
 
-    return role_backend(role)
+    registry = get_registry()
+    placement = resolve_role(role, registry)
+    return backend_beside(placement.choice, placement.request, registry)

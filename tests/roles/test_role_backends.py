@@ -14,7 +14,7 @@ from anydevice.contract.device_spec import DeviceSpec
 from anydevice.contract.hookspecs import hookimpl
 from anydevice.errors import SelectionError
 from anydevice.plugins import cpu
-from anydevice.runtime import backend
+from anydevice.runtime import backend, roles
 from anydevice.runtime.registry import Registry, reset_registry
 
 
@@ -37,11 +37,11 @@ def rollout_beside(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_reset_forgets_a_roles_backend(rollout_beside: None) -> None:
-    first = backend.role_backend("rollout")
+    first = roles.backend_for("rollout")
     assert first.name == "host2" and first is not backend.current()
-    assert backend.role_backend("rollout") is first  # loaded once
+    assert roles.backend_for("rollout") is first  # loaded once
     ad.reset()
-    assert backend.role_backend("rollout") is not first
+    assert roles.backend_for("rollout") is not first
 
 
 def test_a_roles_device_is_a_use_that_use_will_not_switch_under(rollout_beside: None) -> None:
