@@ -318,7 +318,9 @@ def write_file(place: Place, write: Callable[[IO[bytes]], Any], *, accepts: Call
         if exc.errno in (errno.EACCES, errno.EPERM) and existing is not None:
             _write_in_place(place, existing, write)
             return
-        raise save_error(place.path, exc) from None
+        said = save_error(place.path, OSError(exc.errno, exc.strerror))  # the temporary's name means nothing to the user
+        where = f"no new file can be made in its folder {Path(place.path).parent}; nothing was written"
+        raise CheckpointError(f"{said.message.removesuffix('.')}: {where}.", said.hint) from None
     recorder: _Recorder | None = None
     try:
         with os.fdopen(os.dup(fd), "wb") as handle:

@@ -220,3 +220,13 @@ def test_the_check_before_the_spec_gets_the_script_arguments_spelled_like_its_op
 def test_a_plugin_list_with_an_empty_entry_is_refused_as_a_device_list_is(value: str) -> None:
     done = cli_in_process("list", env={"ANYDEVICE_PLUGINS": value})
     assert done.returncode == 2 and f"ANYDEVICE_PLUGINS={value!r} has an empty entry." in done.stderr, done.stderr
+
+
+def test_a_save_whose_folder_takes_no_new_file_names_the_folder_not_a_temporary(tmp_path: Path) -> None:
+    import anydevice as ad
+    from anydevice.errors import CheckpointError
+
+    with pytest.raises(CheckpointError) as caught:  # /proc/self takes no new file: it said '(.mem.anydevice-new.<hex>)'
+        ad.save({"w": 1}, "/proc/self/mem")
+    message = str(caught.value).splitlines()[0]
+    assert "anydevice-new" not in message and "no new file can be made in its folder /proc/self" in message
