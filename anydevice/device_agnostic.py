@@ -69,9 +69,9 @@ def _on_torch() -> Scope | None:
         if hook is not None:
             hook.waiting = True  # the script's next import of torch decides
         return None
-    from anydevice.cuda_compat import accelerator
+    from anydevice.cuda_compat import control
 
-    return accelerator.enable()
+    return control.enable_agnostic()
 
 
 def _anydevice_is_running() -> bool:

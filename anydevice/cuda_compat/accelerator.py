@@ -1,6 +1,7 @@
 """The device-agnostic half of cuda-compat, on its own: what ``anydevice run`` gives every program (no ``--cuda-compat``).
 
-:func:`enable` installs cuda-compat's :class:`~anydevice.cuda_compat.redirect.Redirect` with ``cuda=False``
+:func:`anydevice.cuda_compat.control.enable_agnostic` installs cuda-compat's
+:class:`~anydevice.cuda_compat.redirect.Redirect` with ``cuda=False``
 (:func:`anydevice.cuda_compat.install.install`): one redirect, the same import hook and views, so the same
 invariants hold (torch's own code holds the real ``torch``; a call that names no device of the selected type
 reaches torch's original with the same arguments). In the script's view:
@@ -21,22 +22,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from anydevice import settings
 from anydevice.cuda_compat.migration_report import NEUTRAL, REFUSED
 from anydevice.cuda_compat.stand_ins import stand_in
 from anydevice.errors import UnsupportedDeviceFunctionError
 
 if TYPE_CHECKING:
     from anydevice.cuda_compat.redirect import Redirect
-    from anydevice.cuda_compat.scope import Scope
-
-_active: Redirect | None = None
 
 REFUSED_NAMES: dict[str, tuple[str, str]] = {
     "current_stream": (
@@ -62,61 +58,6 @@ NEUTRAL_NAMES: dict[str, tuple[Any, str]] = {
     "empty_host_cache": (None, "the device has no pinned host memory cache"),
 }
 ALIASES = {"reset_accumulated_memory_stats": "reset_peak_memory_stats"}
-
-
-def enable() -> Scope | None:
-    """Put the device-agnostic views in place for the selected device; its scope, or None where torch already answers.
-
-    One redirect per process: nothing when cuda-compat (which includes all of this) or this is already active.
-    """
-    global _active
-    from anydevice.cuda_compat import control
-
-    if _active is not None:
-        return _active.scope
-    if control.enabled():
-        return None
-    from anydevice.api import device_module
-    from anydevice.cuda_compat.install import install
-    from anydevice.runtime.backend import current
-
-    backend = current()
-    placement = backend.shims.placement
-    if placement.host or _torch_knows(placement.device().type):
-        return None
-    _active = install(backend, device_module(), cuda=False)
-    if _active is None:
-        return None
-    if not settings.ANYDEVICE_QUIET.flag() and (settings.RANK.get() or "0") == "0":
-        sys.stderr.write(
-            f"anydevice: torch.accelerator, torch.get_device_module and torch.Generator answer for {_active.name} "
-            f"({_active.target}); CUDA calls are not mapped (that is --cuda-compat).\n"
-        )
-    return _active.scope
-
-
-def disable() -> None:
-    """Take the views and patches out again (cuda-compat's :func:`~anydevice.cuda_compat.control.enable` calls this first)."""
-    global _active
-    if _active is not None:
-        from anydevice.cuda_compat.install import uninstall
-
-        uninstall(_active)
-        _active = None
-
-
-def active() -> Redirect | None:
-    """The device-agnostic redirect in place, if any."""
-    return _active
-
-
-def _torch_knows(device_type: str) -> bool:
-    """Whether torch's own ``torch.accelerator`` already names ``device_type`` (cuda, mps, xpu): nothing to answer."""
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is None:
-        return False
-    found = accelerator.current_accelerator()
-    return found is not None and found.type == device_type
 
 
 def extras(r: Redirect, answered: dict[str, Any]) -> dict[str, Any]:

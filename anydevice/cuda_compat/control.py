@@ -13,8 +13,12 @@ from anydevice import settings
 
 if TYPE_CHECKING:
     from anydevice.cuda_compat.redirect import Redirect
+    from anydevice.cuda_compat.scope import Scope
 
 _active: Redirect | None = None
+"""cuda-compat's redirect (CUDA calls and the device-agnostic half), if on."""
+_agnostic: Redirect | None = None
+"""The device-agnostic half alone (``anydevice run`` without ``--cuda-compat``), if on: one redirect per process."""
 _exit_registered = False
 _lines_wanted = False
 
@@ -25,13 +29,12 @@ def enable() -> bool:
     if _active is not None:
         return True
     from anydevice.api import device_module
-    from anydevice.cuda_compat import accelerator
     from anydevice.cuda_compat.install import install, summary
     from anydevice.runtime import refusals
     from anydevice.runtime.backend import current
 
     backend = current()
-    accelerator.disable()  # one redirect: cuda-compat's includes the device-agnostic half
+    disable_agnostic()  # one redirect: cuda-compat's includes the device-agnostic half
     _active = install(backend, device_module())
     refusals.install()  # a refusal raised for the script's code ends it as one clear error, not a traceback
     if _active is not None and _lines_wanted:
@@ -150,3 +153,58 @@ def _write_report() -> None:
         write_at_exit(
             _active.report, settings.ANYDEVICE_CUDA_COMPAT_REPORT.get(), settings.RANK.get(), settings.ANYDEVICE_QUIET.flag()
         )
+
+
+def enable_agnostic() -> Scope | None:
+    """Put the device-agnostic views in place for the selected device; its scope, or None where torch already answers.
+
+    One redirect per process: nothing when cuda-compat (which includes all of this) or this is already active.
+    """
+    global _agnostic
+    if _agnostic is not None:
+        return _agnostic.scope
+    if _active is not None:
+        return None
+    from anydevice.api import device_module
+    from anydevice.cuda_compat.install import install
+    from anydevice.runtime.backend import current
+
+    backend = current()
+    placement = backend.shims.placement
+    if placement.host or _torch_knows(placement.device().type):
+        return None
+    _agnostic = install(backend, device_module(), cuda=False)
+    if _agnostic is None:
+        return None
+    if not settings.ANYDEVICE_QUIET.flag() and (settings.RANK.get() or "0") == "0":
+        sys.stderr.write(
+            f"anydevice: torch.accelerator, torch.get_device_module and torch.Generator answer for {_agnostic.name} "
+            f"({_agnostic.target}); CUDA calls are not mapped (that is --cuda-compat).\n"
+        )
+    return _agnostic.scope
+
+
+def disable_agnostic() -> None:
+    """Take the device-agnostic views and patches out again (:func:`enable` calls this first)."""
+    global _agnostic
+    if _agnostic is not None:
+        from anydevice.cuda_compat.install import uninstall
+
+        uninstall(_agnostic)
+        _agnostic = None
+
+
+def agnostic_active() -> Redirect | None:
+    """The device-agnostic redirect in place, if any."""
+    return _agnostic
+
+
+def _torch_knows(device_type: str) -> bool:
+    """Whether torch's own ``torch.accelerator`` already names ``device_type`` (cuda, mps, xpu): nothing to answer."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None:
+        return False
+    found = accelerator.current_accelerator()
+    return found is not None and found.type == device_type
