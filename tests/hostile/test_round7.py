@@ -222,7 +222,7 @@ def test_a_plugin_list_with_an_empty_entry_is_refused_as_a_device_list_is(value:
     assert done.returncode == 2 and f"ANYDEVICE_PLUGINS={value!r} has an empty entry." in done.stderr, done.stderr
 
 
-def test_a_save_whose_folder_takes_no_new_file_names_the_folder_not_a_temporary(tmp_path: Path) -> None:
+def test_a_save_whose_folder_takes_no_new_file_names_the_folder_not_a_temporary() -> None:
     import anydevice as ad
     from anydevice.errors import CheckpointError
 
