@@ -94,8 +94,8 @@ def unused_line(value: str, compat: bool, finding: str) -> str | None:
     fix = (
         "the program imports torch through a path cuda-compat does not see; place tensors with ad.device()"
         if compat
-        else f"run it with `anydevice run` (torch.accelerator then names {canonical}; a program that names cuda needs "
-        "`--cuda-compat` too), or place tensors with ad.device()"
+        else f"run it with `anydevice run` (torch.accelerator then names {canonical}), a program that names cuda with "
+        "`anydevice run --cuda-compat`, or place tensors with ad.device()"
     )
     what = finding.format(device=canonical, modules=" and ".join(modules))
     return (
