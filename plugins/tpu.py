@@ -32,6 +32,7 @@ from anydevice.plugin import (
     hookimpl,
     lazy_xla,
     settings,
+    tpu_compiler,
     tpu_slices,
     versions,
 )
@@ -67,7 +68,7 @@ CHECK_FACTS = CheckFacts(
     memory_per_chip=catalogue.memory_per_chip(CHIPS),  # HBM per chip, from the catalogue
     # torch_tpu/_internal/utils/hardware.py lists whole slices only; any other count never passes its start barrier
     world_sizes=catalogue.host_processes(CHIPS),
-    slice_compiler=tpu_slices.compiler,  # --target tpu:<slice>: libtpu's compiler on this host (the tpu-check extra)
+    slice_compiler=tpu_compiler.compiler,  # --target tpu:<slice>: libtpu's compiler on this host (the tpu-check extra)
     fallback="warnings",
     fallback_warning=r"<TorchTpu/Performance/",  # torch_tpu/_internal/warnings.py prefixes its fallback warnings
     compile_backends=COMPILE_BACKENDS,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from anydevice.contract.check_facts import GiB, SliceCompiler
+from anydevice.contract.check_facts import GiB
 from anydevice.contract.chips import Chip, SliceShape, chip_named, example, grid_shapes, shape_for
 from anydevice.errors import AnyDeviceError
 
@@ -187,10 +187,3 @@ def parse_slice(text: str, chips: tuple[Chip, ...] = CHIPS) -> Slice:
     except AnyDeviceError as exc:
         raise AnyDeviceError(exc.message, f"Valid {chip.name} slices: {sizes}.") from None
     return Slice(f"{chip.name}-{size}", chip, size, shape)
-
-
-def compiler() -> SliceCompiler:
-    """libtpu's slice compiler (:mod:`anydevice.shims.tpu_aot`, the tpu-check extra), imported only when asked for."""
-    from anydevice.shims import tpu_aot
-
-    return tpu_aot

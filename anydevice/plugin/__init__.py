@@ -60,7 +60,7 @@ from anydevice.contract.evidence import Evidence
 from anydevice.contract.hookspecs import anydevice_doctor_checks, anydevice_register_devices, anydevice_register_probes, hookimpl
 from anydevice.contract.versions import PairRule, check_pair
 from anydevice.settings import Setting, local_rank, rank, world_size
-from anydevice.shims import lazy_xla, tpu_slices
+from anydevice.shims import lazy_xla, tpu_compiler, tpu_slices
 from anydevice.shims.contracts import (
     Collectives,
     Compilation,
@@ -140,6 +140,7 @@ __all__ = [
     "rank",
     "settings",
     "torch_device_module",
+    "tpu_compiler",
     "tpu_slices",
     "versions",
     "world_size",
