@@ -154,7 +154,7 @@ def cpu_step_line(value: str, compat: bool, moment: str) -> str | None:
     if canonical is None or canonical == "cpu":
         return None
     spec = registry.get(canonical).spec
-    if spec.hardware.host_memory:
+    if spec.hardware is not None and spec.hardware.host_memory:
         return None
     fix = "move the model and its inputs with .to(ad.device())"
     if compat:

@@ -201,7 +201,8 @@ def _elastic(spec: LaunchSpec, entrypoint: Callable[..., Any] | str, args: Seque
             exc.__dict__["get_first_failure"] = lambda: (rank, failure)  # torch's "Root Cause" below names the same rank
             if all(f.exitcode in (lifeline.INTERRUPTED, -signal.SIGINT) for f in exc.failures.values()):
                 return _interrupted(signal.SIGINT)  # Ctrl-C reached the ranks before the launcher
-            summary = str(exc.format_msg())  # type: ignore[no-untyped-call]  # torch elastic's format_msg is untyped
+            failed: Any = exc  # torch elastic's format_msg is untyped
+            summary = str(failed.format_msg())
             sys.stderr.write(failure_summary(summary) + "\n")
             sys.stderr.write(f"anydevice run: rank {rank} failed (exit code {failure.exitcode}); the run was stopped.\n")
             return exit_status(failure.exitcode)

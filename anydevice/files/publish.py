@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from anydevice.errors import CheckpointError
 from anydevice.files.safe_place import Place, kind, save_error
@@ -354,7 +354,7 @@ def space_error(path: Path | str, exc: OSError, write: Callable[[IO[bytes]], Any
         return save_error(path, exc)
     counter = _Counter()
     try:
-        write(counter)  # type: ignore[arg-type]  # the counter stands in for the file the writer expects
+        write(cast(IO[bytes], counter))  # the counter stands in for the file the writer expects
         needed: int | None = counter.size
     except Exception:  # the size is a courtesy: the error stands without it
         needed = None

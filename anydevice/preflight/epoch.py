@@ -9,7 +9,8 @@ epoch: ``RandomSampler(replacement=True, num_samples=N)`` yields N items, a ``Di
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sized
+from typing import Any, cast
 
 from anydevice.preflight.schema import ShortLastBatch
 
@@ -35,7 +36,7 @@ def short_last_batch(loader: Any, world_size: int, line: str | None) -> ShortLas
         described = f"DistributedSampler over {world_size} ranks ({'the remainder dropped' if sampler.drop_last else 'padded'})"
     else:
         try:
-            items = len(sampler)  # type: ignore[arg-type]  # a sampler without __len__ raises TypeError, caught here
+            items = len(cast("Sized", sampler))  # a sampler without __len__ raises TypeError, caught here
         except TypeError:
             return None  # a sampler without a length (an IterableDataset's): the epoch's end is unknown
         if isinstance(sampler, DistributedSampler):

@@ -38,6 +38,7 @@ import sys
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -231,12 +232,12 @@ class ScratchView:
 
     def user_line(self) -> str | None:
         """``file:line`` of the innermost frame of the user's code (not the standard library, site-packages or anydevice)."""
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             name = frame.f_code.co_filename
             if not name.startswith("<") and not any(_under(name, root) for root in _LIBRARIES):
                 return f"{name}:{frame.f_lineno}"
-            frame = frame.f_back  # type: ignore[assignment]  # None at the outermost frame ends the loop
+            frame = frame.f_back  # None at the outermost frame ends the loop
         return None
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
