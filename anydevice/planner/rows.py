@@ -70,7 +70,10 @@ def plan_rows(
         if name in estimated:
             rows.append(estimate_row(name, report, flops, tokens, prices))
         else:
-            compiler = Compiler(work, args, optimizer, split_target(name)[1] or "", loss=loss, compose=compose)
+            start = 2 if blocks is not None and len(blocks[1]) >= 4 else 1  # the first block's program differs (measured)
+            compiler = Compiler(
+                work, args, optimizer, split_target(name)[1] or "", loss=loss, compose=compose, compose_from=start
+            )
             rows.append(compiled_row(name, compiler, mesh, tokens, prices, budget))
     fitting = [r for r in rows if r["as_written"]["fits"] and r["cost"].get("usd_per_million_tokens") is not None]
     cheapest = min(fitting, key=lambda r: r["cost"]["usd_per_million_tokens"], default=None)
@@ -120,7 +123,7 @@ def compiled_row(
     first = compiler.outcome(compiler.batch, "none", mesh)
     row: dict[str, Any] = {
         "target": name,
-        "compiler": first.raw.get("compiler") or first.raw.get("one_block", {}).get("compiler"),
+        "compiler": first.raw.get("compiler") or first.raw.get("first", {}).get("compiler"),
     }
     row["as_written"] = _said(first)
     fit: dict[str, Any] = {}

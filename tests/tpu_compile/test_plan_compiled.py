@@ -2,8 +2,9 @@
 on this CPU host (the tpu-check lane; no chip). Every assertion is on the compiler's own answers.
 
 The model is wide and shallow (cheap to compile) and its activations, at a large batch, overflow a v5e chip's
-15.75 GiB: each block keeps about 7 x 1024 floats per sample as compiled (2 blocks at 262,144 samples: 15.1 GB), 4 blocks
-about 115 KiB; checkpointed, about 45 KiB.
+15.75 GiB. Measured here: libtpu fits more than a naive count of saved tensors (4 blocks at 196,608 samples fit), and
+checkpointing 4 blocks at 524,288 samples only takes 26.0 GB to 23.8 GB (one block's recompute is large): the fixture
+uses 8 blocks, where the saved block inputs are small beside the activations kept without checkpointing.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def planned(depth: int, batch: int, **kwargs: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def overflowing() -> dict[str, Any]:
-    """196,608 samples per chip through 4 blocks: about 21 GiB of saved activations, not a v5e chip's 15.75."""
-    row: dict[str, Any] = planned(4, 196608, budget=2, compose=False)["targets"][0]
+    """131,072 samples per chip through 8 blocks: about 26 GB as written (8 blocks at 16,384 compile to 3.27 GB), not a
+    v5e chip's 15.75 GiB; with each block checkpointed, about 9 GB."""
+    row: dict[str, Any] = planned(8, 131072, budget=1, compose=False)["targets"][0]
     return row
 
 
@@ -66,9 +68,9 @@ def test_batch_search_answer_fits_and_the_next_step_tried_does_not(overflowing: 
     batch = overflowing["fit"]["batch"]
     tried = dict(batch["tried"])
     assert batch["found"] is not None and tried[batch["found"]] is True
-    larger = [b for b, fits in tried.items() if b > batch["found"]] + [196608]
+    larger = [b for b, fits in tried.items() if b > batch["found"]] + [131072]
     assert all(tried.get(b, False) is False for b in larger)  # every larger batch tried (and the script's) does not fit
-    assert batch["compiles"] == len(batch["tried"]) <= 2 and batch["change"].startswith(f"per-chip batch {batch['found']}")
+    assert batch["compiles"] == len(batch["tried"]) <= 1 and batch["change"].startswith(f"per-chip batch {batch['found']}")
 
 
 def test_checkpointing_the_blocks_turns_will_not_fit_into_fits_at_the_same_batch(overflowing: dict[str, Any]) -> None:
@@ -82,10 +84,10 @@ def test_checkpointing_the_blocks_turns_will_not_fit_into_fits_at_the_same_batch
 def test_flops_and_bytes_are_the_compiled_programs(overflowing: dict[str, Any]) -> None:
     time = overflowing["time"]
     assert time["configuration"]["checkpointing"] == "blocks" and time["evidence"] == "estimate from the compiler's counts"
-    params = 4 * (2 * 1024 * 4096 + 5 * 1024) + 1024 * 8 + 8
+    params = 8 * (2 * 1024 * 4096 + 5 * 1024) + 1024 * 8 + 8
     # forward + backward: 6 x parameters x samples; the checkpointed blocks' forward again: about 8 x
-    assert 6 * params * 196608 < time["flops"] < 9 * params * 196608
-    assert time["bytes_accessed"] > 196608 * 1024 * 4  # at least the input is read
+    assert 6 * params * 131072 < time["flops"] < 9 * params * 131072
+    assert time["bytes_accessed"] > 131072 * 1024 * 4  # at least the input is read
     assert time["roofline_seconds"] == pytest.approx(max(time["flops"] / 197e12, time["bytes_accessed"] / 819e9))
     optimal = time["optimal_seconds"]
     assert optimal["used"] == (optimal["value"] is not None and optimal["value"] > 0 and "within 2x" in optimal["reason"])
@@ -94,7 +96,8 @@ def test_flops_and_bytes_are_the_compiled_programs(overflowing: dict[str, Any]) 
 
 
 def test_composed_from_one_and_two_blocks_agrees_with_a_full_compile_of_eight() -> None:
-    """8 blocks at 16,384 samples a chip: the composed per-chip bytes and flops within 10% of the full compile's."""
+    """8 blocks at 16,384 samples a chip: composed from 2 and 3 blocks, the per-chip bytes and flops within 10% of the
+    full compile's (measured: 3,273,545,728 bytes against 3,274,916,352; from 1 and 2 blocks it was 19% over)."""
     full = planned(8, 16384, budget=0, compose=False)["targets"][0]
     composed = planned(8, 16384, budget=0, compose=True)["targets"][0]
     assert composed["as_written"]["evidence"] == "composed from compiled parts (estimate)"
