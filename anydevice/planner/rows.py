@@ -127,7 +127,8 @@ def compiled_row(
     }
     row["as_written"] = _said(first)
     fit: dict[str, Any] = {}
-    fit["batch"] = _search(largest_batch(compiler, first, mesh, budget))
+    search = largest_batch(compiler, first, mesh, budget)
+    fit["batch"] = _search(search)
     fitting: list[Outcome] = [first] if first.fits else []
     if first.fits:
         fit["checkpointing"] = {"level": "none", "compiles": 0, "seconds": 0.0, "change": None, "note": "fits as written"}
@@ -138,7 +139,8 @@ def compiled_row(
         if not fitting and fit["batch"]["found"] is None:
             fit["refusal"] = _refusal(compiler, slice_)
     row["fit"] = fit
-    best = fitting[0] if fitting else None
+    at_found = [o for o in search.tried if o.fits and o.batch == search.found]
+    best = fitting[0] if fitting else at_found[0] if at_found else None  # else the largest batch that fits
     row["time"] = compiled_time(best, slice_.chip, tokens, compiler.batch)
     row["cost"] = cost(row["time"], slice_.chip.name, prices)
     return row
