@@ -6,12 +6,15 @@ import copy
 import itertools
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anydevice.errors import AnyDeviceError
 from anydevice.planner.blocks import Level, repeated_blocks
 from anydevice.planner.declared import EFFICIENCY, PRICES, Declared, parse_prices
 from anydevice.planner.search import COMPILED, Compiler, Outcome, Search, largest_batch, script_batch
+
+if TYPE_CHECKING:
+    from anydevice.runtime.selection import DeviceRef
 
 ESTIMATE = "estimate, not compiled"
 ARITHMETIC = "arithmetic from the catalogue (not compiled)"
@@ -71,8 +74,9 @@ def plan_rows(
             rows.append(estimate_row(name, report, flops, tokens, prices))
         else:
             start = 2 if blocks is not None and len(blocks[1]) >= 4 else 1  # the first block's program differs (measured)
+            device, slice_name = split_target(name)
             compiler = Compiler(
-                work, args, optimizer, split_target(name)[1] or "", loss=loss, compose=compose, compose_from=start
+                work, args, optimizer, slice_name or "", loss=loss, compose=compose, compose_from=start, device=device
             )
             rows.append(compiled_row(name, compiler, mesh, tokens, prices, budget))
     fitting = [r for r in rows if r["as_written"]["fits"] and r["cost"].get("usd_per_million_tokens") is not None]
@@ -117,9 +121,12 @@ def compiled_row(
     name: str, compiler: Compiler, mesh: Mapping[str, int] | None, tokens: dict[str, Any], prices: dict[str, float], budget: int
 ) -> dict[str, Any]:
     """One TPU slice: the step as written, the batch / checkpointing / sharding that fit, time and cost."""
-    from anydevice.shims.tpu_slices import parse_slice
+    from anydevice.runtime.selection import parse_ref
 
-    slice_ = parse_slice(compiler.slice_name)
+    slice_ = parse_ref(name)  # the one grammar: the chip from its plugin's catalogue, the count and its shape
+    chip = slice_.chip
+    if chip is None:
+        raise AnyDeviceError(f"{name}: a compiled plan needs a chip and a count ({slice_.name}:CHIP-COUNT).")
     first = compiler.outcome(compiler.batch, "none", mesh)
     row: dict[str, Any] = {
         "target": name,
@@ -141,8 +148,8 @@ def compiled_row(
     row["fit"] = fit
     at_found = [o for o in search.tried if o.fits and o.batch == search.found]
     best = fitting[0] if fitting else at_found[0] if at_found else None  # else the largest batch that fits
-    row["time"] = compiled_time(best, slice_.chip, tokens, compiler.batch)
-    row["cost"] = cost(row["time"], slice_.chip.name, prices)
+    row["time"] = compiled_time(best, chip, tokens, compiler.batch)
+    row["cost"] = cost(row["time"], chip.name, prices)
     return row
 
 
@@ -223,7 +230,7 @@ def _sharded(compiler: Compiler, mesh: Mapping[str, int] | None, first: Outcome,
     }
 
 
-def _refusal(compiler: Compiler, slice_: Any) -> dict[str, Any]:
+def _refusal(compiler: Compiler, slice_: DeviceRef) -> dict[str, Any]:
     """Batch 1, every layer checkpointed, fully sharded: if that does not fit, the smallest slice of the generation that
     would by arithmetic (per-chip bytes falling as 1/chips: a lower bound, since activations do not shard)."""
     out = compiler.outcome(1, "layers", {"fsdp": -1})
@@ -231,15 +238,17 @@ def _refusal(compiler: Compiler, slice_: Any) -> dict[str, Any]:
     if out.fits:
         said["message"] = "fits at batch 1 with every layer checkpointed and fully sharded state"
         return said
-    needed, capacity = out.per_chip_bytes, out.capacity_bytes or slice_.chip.hbm_bytes
+    chip, chips = slice_.chip, slice_.shape.chips if slice_.shape is not None else None
+    assert chip is not None and chips is not None, slice_  # a compiled row's target names a chip and a count
+    needed, capacity = out.per_chip_bytes, out.capacity_bytes or chip.hbm_bytes
     larger = None
     if needed and capacity:
-        for shape in slice_.chip.shapes:
-            if shape.chips > slice_.chips and needed * slice_.chips / shape.chips <= capacity:
-                larger = f"tpu:{slice_.chip.name}-{slice_.chip.count_of(shape)}"
+        for shape in chip.shapes:
+            if shape.chips > chips and needed * chips / shape.chips <= capacity:
+                larger = f"{slice_.name}:{chip.name}-{chip.count_of(shape)}"
                 break
-    said["message"] = f"does not fit {slice_.name} at batch 1 with every layer checkpointed and fully sharded state" + (
-        f"; the smallest {slice_.chip.name} slice that would: {larger}" if larger else f"; no {slice_.chip.name} slice would"
+    said["message"] = f"does not fit {slice_.slice_name} at batch 1 with every layer checkpointed and fully sharded state" + (
+        f"; the smallest {chip.name} slice that would: {larger}" if larger else f"; no {chip.name} slice would"
     )
     said["smallest_slice"] = larger
     said["evidence"] = ARITHMETIC + ": per-chip bytes taken to fall as 1/chips under fsdp (activations do not: optimistic)"

@@ -50,10 +50,14 @@ class Compiler:
         optimizer: Any,
         slice_name: str,
         loss: Any = None,
+        *,
+        device: str,
         compose: bool = False,
         compose_from: int = 1,
     ) -> None:
         self.model, self.args, self.optimizer, self.slice_name, self.loss = model, args, optimizer, slice_name, loss
+        self.device = device
+        """The device whose plugin's slice compiler compiles (``CheckFacts.slice_compiler``, called through the guard)."""
         self.compose = compose
         self.compose_from = compose_from
         """Compose N blocks from compiles of this many and one more (default 1 and 2)."""
@@ -97,10 +101,13 @@ class Compiler:
         return out
 
     def _compile(self, model: Any, batch: int, mesh: Mapping[str, int] | None) -> dict[str, Any]:
-        from anydevice.shims.tpu_aot import compile_step
+        from anydevice.preflight.compiled import require_compiler, slice_compiler
 
+        require_compiler([f"{self.device}:{self.slice_name}"])  # a device without a slice compiler: its clear refusal
+        compiler = slice_compiler(self.device)
+        assert compiler is not None
         self.compiles += 1
-        result: dict[str, Any] = compile_step(
+        result: dict[str, Any] = compiler.compile_step(
             model,
             scaled(self.args, self.batch, batch),
             {},
