@@ -31,11 +31,19 @@ importing = False
 
 
 def asked() -> str | None:
-    """The one device ``ANYDEVICE`` names (``"xla"`` for ``xla:0``), or None (unset, ``auto``, a list)."""
-    text = os.environ.get(VARIABLE, "").strip().lower()
-    if not text or "," in text or text == "auto":
+    """The one device ``ANYDEVICE`` names (``"xla"`` for ``xla:0``), or None (unset, ``auto``, a list, malformed: the
+    selection reports that itself), read by the one device grammar (:func:`anydevice.runtime.selection.parse`)."""
+    text = os.environ.get(VARIABLE, "")
+    if not text.strip():
         return None
-    return text.partition(":")[0] or None
+    from anydevice.errors import SelectionError
+    from anydevice.runtime.selection import parse
+
+    try:
+        request = parse(text)
+    except SelectionError:
+        return None
+    return request.items[0].name if len(request.items) == 1 else None
 
 
 def install() -> None:
@@ -92,8 +100,10 @@ def needs_views(name: str | None) -> bool:
     """Whether device ``name`` is one torch does not find itself: it has vendor modules (torch_xla, ...)."""
     if name is None:
         return False
-    from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.registry import builtin_registry, get_registry
 
-    registry = get_registry()
+    registry = builtin_registry()  # a built-in device loads no third-party plugin into the rank before its script
+    if registry.canonical(name) is None:
+        registry = get_registry()
     canonical = registry.canonical(name)
     return canonical is not None and bool(registry.get(canonical).spec.vendor_modules)

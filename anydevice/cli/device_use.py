@@ -65,14 +65,18 @@ def asked_device(value: str) -> str | None:
 def unused_device(value: str) -> tuple[str, tuple[str, ...]] | None:
     """The device ``ANYDEVICE=value`` names and its vendor modules, when it has some and none is imported; else None.
 
-    Resolved through the registry in use (third-party plugins included), so a third-party device is covered too.
+    Resolved through the built-in devices first and, for a name none of them has, the registry in use (third-party
+    plugins included, so a third-party device is covered too): a built-in device's check loads no third-party plugin
+    into the rank at its end (whose exit handlers would then run at this process's exit).
     """
     name = asked_device(value)
     if name is None or "torch" not in sys.modules:
         return None
-    from anydevice.runtime.registry import get_registry
+    from anydevice.runtime.registry import builtin_registry, get_registry
 
-    registry = get_registry()
+    registry = builtin_registry()
+    if registry.canonical(name) is None:
+        registry = get_registry()
     canonical = registry.canonical(name)
     if canonical is None:
         return None
@@ -177,9 +181,12 @@ def say_at_first_step(value: str, compat: bool, where: str = "cpu", moment: str 
     if line is None and where == "cpu":
         line = cpu_step_line(value, compat, moment)
     if line:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
         _said_at_first_step = True
+        try:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):  # stderr closed (2>&-) or None: never the program's failure
+            pass
 
 
 _watching = False

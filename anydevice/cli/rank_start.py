@@ -250,8 +250,11 @@ def say_if_device_unused(ended_well: bool = True) -> None:
     except Exception as exc:  # the script's own outcome is what the rank ends with
         line = f"anydevice: could not tell whether ANYDEVICE={asked.strip()} was used: {exc}"
     if line:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        try:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):  # stderr closed (2>&-) or None: the script's outcome stands
+            pass
 
 
 if __name__ == "__main__":
