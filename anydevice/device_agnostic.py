@@ -102,8 +102,10 @@ def needs_views(name: str | None) -> bool:
         return False
     from anydevice.runtime.registry import builtin_registry, get_registry
 
-    registry = builtin_registry()  # a built-in device loads no third-party plugin into the rank before its script
-    if registry.canonical(name) is None:
-        registry = get_registry()
+    builtin = builtin_registry()  # a built-in device torch finds itself: no third-party plugin loaded into the rank
+    known = builtin.canonical(name)
+    if known is not None and not builtin.get(known).spec.vendor_modules:
+        return False
+    registry = get_registry()  # the registry in use: a third-party plugin may provide the device
     canonical = registry.canonical(name)
     return canonical is not None and bool(registry.get(canonical).spec.vendor_modules)

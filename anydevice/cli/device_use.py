@@ -65,18 +65,20 @@ def asked_device(value: str) -> str | None:
 def unused_device(value: str) -> tuple[str, tuple[str, ...]] | None:
     """The device ``ANYDEVICE=value`` names and its vendor modules, when it has some and none is imported; else None.
 
-    Resolved through the built-in devices first and, for a name none of them has, the registry in use (third-party
-    plugins included, so a third-party device is covered too): a built-in device's check loads no third-party plugin
-    into the rank at its end (whose exit handlers would then run at this process's exit).
+    Resolved through the registry in use (third-party plugins included, so a third-party device is covered too),
+    except a built-in device without vendor modules (cpu, cuda, ...), which loads no third-party plugin into the rank
+    at its end (whose exit handlers would then run at this process's exit).
     """
     name = asked_device(value)
     if name is None or "torch" not in sys.modules:
         return None
     from anydevice.runtime.registry import builtin_registry, get_registry
 
-    registry = builtin_registry()
-    if registry.canonical(name) is None:
-        registry = get_registry()
+    builtin = builtin_registry()
+    known = builtin.canonical(name)
+    if known is not None and not builtin.get(known).spec.vendor_modules:
+        return None  # a built-in device torch finds itself (cpu, cuda, ...): nothing to import, no plugin loaded
+    registry = get_registry()
     canonical = registry.canonical(name)
     if canonical is None:
         return None
